@@ -43,6 +43,7 @@ from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     MAINTENANCE_UPDATE,
+    MANUAL_INTERVENTION_REQUIRED,
     RELEASE_AUTOMATION_UPDATE,
     RELEASE_INSTANCE_UPDATE,
     WITHDRAW_UPDATE,
@@ -298,15 +299,16 @@ async def running_status(client: Client, workflow_id: str) -> dict[str, Any] | N
 
 
 def waiting_words(status: dict[str, Any]) -> str:
-    """What an operation's `status` says it waits for, with a manual intervention's reason said
-    once: the line's `MANUAL INTERVENTION: <reason>` says it, so the wait reads "an operator:
-    answer with ..." (it read the ~450-character reason twice on one line)."""
+    """What an operation's `status` says it waits for: "an operator: ..." in a manual intervention,
+    its reason said once (the line's `MANUAL INTERVENTION: <reason>` says it), or the run's words
+    (a reset's "the host H is OFF: ..." once read "waiting for the host H is OFF: ...")."""
     waiting = str(status.get("waiting_for") or "")
     reason = str(status.get("manual_intervention_reason") or "")
     if reason and waiting.startswith(reason):
         rest = waiting[len(reason) :].lstrip(". ")
         return f"an operator: {rest[:1].lower()}{rest[1:]}" if rest else "an operator"
-    return waiting
+    person = waiting and status.get("phase") == MANUAL_INTERVENTION_REQUIRED
+    return f"an operator: {waiting}" if person else waiting
 
 
 def describe_operation(status: dict[str, Any], *, waiting: bool = True) -> str:

@@ -325,7 +325,8 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
         assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
         # said once (issue 40): the abort's words and the end's both said it, the cause twice
         assert outcome.count(f"the host {host} is OFF") == 1, outcome
-        assert outcome.startswith("aborted by bob@test: no reason given. Generation 1 not reached; "), outcome
+        said = "aborted by bob@test: no reason given. Boot generation 1 not reached; "
+        assert outcome.startswith(said), outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
         # ... and said where an idle host is looked at first: a WARNING line of `host status`.
         assert f"WARNING          the host is OFF as far as reboot/{host}/" in status.stdout, status.stdout

@@ -17,8 +17,9 @@ A workflow module reads as a runbook; what is not the runbook is here:
 - **Operator control**: `abort` (an update every steerable workflow answers, with one validator:
   refused once ended, while aborting, or for the workflow's own reason), `pause` and `resume` (a
   flag the runbook honours at its safe points), decisions (`await_decision`: wait in a phase
-  until an operator answers a named update, e.g. `retry`, `mark_rebooted`, `rollback`). Handlers
-  only record; the runbook acts at its next wait, so no handler races a step.
+  until an operator answers a named update, e.g. `retry`, `mark_rebooted`, `rollback`; one answer
+  wins, a second other one is refused naming it). Handlers only record; the runbook acts at its
+  next wait, so no handler races a step.
 - **Waits and calls an abort interrupts**: `Runbook.wait` (a `wait_condition` that raises
   `OperationAborted` once aborted), `Runbook.call` (an activity that an abort, or a cancel of the
   workflow, cancels and then waits for: the server retries nothing after a cancel, so that is at
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts import counted_runs, events, metrics, names
     from contracts.errors import PERMANENT_TYPES, OperationAborted, WorkflowError, first_application_error
     from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+    from contracts.operator_answers import Answered, second_answer_refusal
     from contracts.wording import answers_in_words
     from workflows.phase_upserts import DeferredUpserts
     from workflows.phase_upserts import upsert_changed as upsert_changed
@@ -111,8 +113,7 @@ BMC_READ: Final[workflow.ActivityConfig] = {
     ),
 }
 
-WATCHER_HEARTBEAT_SECONDS: Final = 1.0
-"""How often a watch activity heartbeats while nothing changes."""
+WATCHER_HEARTBEAT_SECONDS: Final = 1.0  # how often a watch activity heartbeats while nothing changes
 
 WATCHER: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(days=30),
@@ -133,10 +134,8 @@ def options(
     *,
     cancellation_type: workflow.ActivityCancellationType | None = None,
 ) -> workflow.ActivityConfig:
-    """`preset` with the call's summary (and cancellation type): `**options(KUBE_READ, "...")`.
-
-    One typed dictionary, because mypy cannot tell that a preset holds no `summary` when both are
-    passed as keywords."""
+    """`preset` with the call's summary (and cancellation type): `**options(KUBE_READ, "...")`, one
+    typed dictionary (mypy cannot tell that a preset holds no `summary` when both are keywords)."""
     config: workflow.ActivityConfig = {**preset, "summary": summary}
     if cancellation_type is not None:
         config["cancellation_type"] = cancellation_type
@@ -144,11 +143,8 @@ def options(
 
 
 def bounded(preset: workflow.ActivityConfig, seconds: float) -> workflow.ActivityConfig:
-    """`preset` with a `schedule_to_close_timeout`: its retries end after `seconds` in all.
-
-    For calls on a world that may stay away (a Kubernetes outage): past the bound the caller
-    sees an `ActivityError` caused by a `TimeoutError` and decides, instead of a retry that
-    nobody sees."""
+    """`preset` with a `schedule_to_close_timeout`: its retries end after `seconds` in all (a world
+    that may stay away: the caller sees an `ActivityError` caused by a `TimeoutError` and decides)."""
     return {**preset, "schedule_to_close_timeout": timedelta(seconds=seconds)}
 
 
@@ -211,10 +207,7 @@ def report(occurrence: str, details: str, *, warning: bool = True) -> None:
     search attribute, no history event. One per workflow task: the emitter takes a second one
     with the same name in the same task for a retried task's repeat."""
     events.workflow_phase_entered(occurrence, details)
-    if warning:
-        workflow.logger.warning("%s: %s", occurrence, details)
-    else:
-        workflow.logger.info("%s: %s", occurrence, details)
+    (workflow.logger.warning if warning else workflow.logger.info)("%s: %s", occurrence, details)
 
 
 def set_details(phase: str, details: str) -> None:
@@ -273,6 +266,7 @@ class Runbook:
         self._question: str | None = None  # what an operator is asked (`await_decision`)
         self._kinds: tuple[str, ...] = ()
         self._answer: tuple[str, OperatorRequest] | None = None
+        self._taken: Answered | None = None  # an answer accepted, not acted on (`answer_taken`)
         self.left_behind = ""  # what an early end left, in words (`to_the_end`'s `clean_up`)
         self.operation_kind: str | None = None  # an operation's `kind` label, counted by `to_the_end`
         self._phases_entered = 0  # replays included (`enter`)
@@ -404,19 +398,24 @@ class Runbook:
             raise ValueError(f"`abort`: {workflow.info().workflow_id} has already {self.phase}")
         if self.abort_request is not None and not again:
             raise ValueError(f"already aborting (asked by {self.abort_request.requested_by})")
-        refusal = self.abort_refusal()
+        refusal = second_answer_refusal(ABORT_UPDATE, self.answer_taken()) or self.abort_refusal()
         if refusal is not None:
             raise ValueError(refusal)
 
     def accept_abort(self, request: OperatorRequest) -> OperatorAnswer:
         """Record an accepted abort; the runbook acts on it at its next `wait` or `call`."""
         self.abort_request = request
+        self._taken = Answered(ABORT_UPDATE, request.requested_by, workflow.now())
         self.on_abort()
         return OperatorAnswer(accepted=True, message=self.abort_promise())
 
     def abort_refusal(self) -> str | None:
         """Why an abort is refused now (None: accepted); a workflow overrides it."""
         return None
+
+    def answer_taken(self) -> Answered | None:
+        """The answer accepted, not acted on yet: another is refused naming it (`operator_answers`)."""
+        return self._taken
 
     def abort_promise(self) -> str:
         """What an accepted abort will do, in the answer; a workflow overrides it."""
@@ -458,7 +457,7 @@ class Runbook:
         finally:
             self._question, self._kinds = None, ()
         assert self._answer is not None
-        answer, self._answer = self._answer, None
+        answer, self._answer, self._taken = self._answer, None, None
         workflow.logger.info("operator %s answered %s", answer[1].requested_by, answer[0])
         return answer
 
@@ -473,7 +472,9 @@ class Runbook:
 
     def validate_decision(self, kind: str, *, asked_in: str | None = None) -> None:
         """Validator of a decision update: only while that decision is awaited (`asked_in`: the
-        phase it is asked in, for the refusal's words)."""
+        phase it is asked in, for the refusal's words); refused once an abort was accepted."""
+        if (refused := second_answer_refusal(kind, self.answer_taken())) is not None:
+            raise ValueError(refused)
         if self.awaits(kind):
             return
         if asked_in is not None and self.phase != asked_in:
@@ -484,6 +485,7 @@ class Runbook:
     def decide(self, kind: str, request: OperatorRequest) -> OperatorAnswer:
         """Record an operator's decision; the waiting runbook goes on."""
         self._answer = (kind, request)
+        self._taken = Answered(kind, request.requested_by, workflow.now())
         return OperatorAnswer(accepted=True, message=f"{kind} accepted from {request.requested_by}")
 
     # -- waits and calls an abort interrupts ----------------------------------------------------

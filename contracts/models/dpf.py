@@ -76,6 +76,10 @@ PHASE_REBOOTING: Final = "Rebooting"
 PHASE_READY: Final = "Ready"
 PHASE_ERROR: Final = "Error"
 PHASE_DELETING: Final = "Deleting"
+# The phases DPF moves a DPU through once it leaves Node Effect, its critical services back, on its
+# way to Ready (v26 adds Service Readiness): the monitor's reason no longer holds there (issue 40:
+# 1 s each in the demo's DPF, an approval sent 1-2 s after the recovery reprovisioned a healthy DPU).
+PAST_NODE_EFFECT: Final = ("DPU Cluster Config", "Service Readiness", "Node Effect Removal")
 
 # DPF v26 reboot methods, most disruptive first (DPF `GetRebootMethodPriority`; DOMAIN.md 2.5).
 REBOOT_METHOD_PRIORITY: Final = (

@@ -5,23 +5,21 @@ Workflows on one host (docs/DOMAIN.md sections 1-2; workflow ids in `contracts.n
 - `HostWorkflow` (`host/<id>`): the one owner of a host, long-running. Every operation on the
   host is asked of it by an update (`request_*`), so an instance assignment and a reprovision
   can never race: it refuses a request while another operation is in flight (naming it),
-  refuses `assign_instance` during a disruptive operation, and holds a disruptive request on
-  an assigned host until `approve` (or an auto-approval window). It runs each operation as a
-  child workflow whose id is the business key (`reprovision/<id>`, ...).
-- `HostOperationWorkflow` (`provision/<id>` or `reprovision/<id>`): the runbook of
-  flows 2-4 and 11 for all DPUs of a host or a chosen subset: register or reprovision, release
-  the hold, barrier until every DPU asks for the reboot, exactly one host power cycle, remove
-  the annotation, again if DPF asks again (BF4), barrier until every DPU is Ready.
-- `HostRebootWorkflow` (`reboot/<id>/generation-<n>`): one reboot per boot generation,
-  through the BMC, or by waiting for the `host_rebooted` signal (reboot method `manual`).
-- `FirmwareWorkflow` (`firmware/<id>`): stage on every DPU's BMC, barrier, one power
-  cycle, verify every DPU runs the target.
-- `HostMonitorWorkflow` (`monitor/host-<id>`): flow 5, takes the host out of the pool when a
-  Ready DPU falls to `Node Effect`; continues-as-new.
+  refuses `assign_instance` during a disruptive operation, and holds a disruptive request on an
+  assigned host until `approve` (or an auto-approval window). It runs each operation as a child
+  workflow whose id is the business key (`reprovision/<id>`, ...).
+- `HostOperationWorkflow` (`provision/<id>` or `reprovision/<id>`): flows 2-4 and 11 for all DPUs
+  of a host or a subset: register or reprovision, release the hold, barrier until every DPU asks
+  for the reboot, one host power cycle, remove the annotation, again if DPF asks (BF4), Ready.
+- `HostRebootWorkflow` (`reboot/<id>/generation-<n>`): one reboot per boot generation, through
+  the BMC, or by waiting for the `host_rebooted` signal (reboot method `manual`).
+- `FirmwareWorkflow` (`firmware/<id>`): stage on every DPU's BMC, barrier, one power cycle, verify.
+- `HostMonitorWorkflow` (`monitor/host-<id>`): flow 5, the host out of the pool while a Ready DPU
+  is in `Node Effect`; continues-as-new.
 - `HostRemovalWorkflow` (`remove/<id>`): flows 7-10 (its models: `contracts/models/removal.py`).
 
-Operators answer a stuck operation with updates `retry`, `mark_rebooted`, `abort` (on the
-operation workflow), and report a manual reboot with the signal `host_rebooted`.
+Operators answer a stuck operation with updates `retry`, `mark_rebooted`, `abort` (on the operation
+workflow), and report a manual reboot with the signal `host_rebooted`.
 """
 
 from __future__ import annotations
@@ -277,6 +275,7 @@ class FirmwareInput(_Frozen):
     image_uri: str = Field(min_length=1)
     dpu_ids: tuple[str, ...] | None = None
     requested_by: str = Field(min_length=1)
+    reason: str = ""  # the request's (`--reason`): recorded as every operation's
     boot_generation: int = Field(default=0, ge=0)
     policy: OperationPolicy = OperationPolicy()
     # The host's power as its entity last read it at rest, no operation of ours since (None: none):
@@ -403,12 +402,13 @@ class FirmwareRequest(_Frozen):
     target_version: str = Field(min_length=1)
     image_uri: str = Field(min_length=1)
     dpu_ids: tuple[DPUId, ...] | None = None
-    campaign: str | None = None  # as in OperationRequest
+    reason: Reason = ""  # this and the rest: as in OperationRequest
+    campaign: str | None = None
     campaign_workflow_id: str | None = None
     refuse_if_assigned: bool = False
-    request_id: str | None = None  # as in OperationRequest
-    in_maintenance: bool = False  # as in OperationRequest
-    site_check: tuple[str, ...] = ()  # as in OperationRequest
+    request_id: str | None = None
+    in_maintenance: bool = False
+    site_check: tuple[str, ...] = ()
 
 
 class OperationAccepted(_Frozen):

@@ -176,6 +176,7 @@ def _firmware_options(parser: argparse.ArgumentParser) -> None:
         help=f"the image the DPU BMCs fetch ({', '.join(IMAGE_SCHEMES)}; no credentials in it)",
     )
     _dpus_option(parser, "every DPU of the host")
+    reason_option(parser, "why, recorded with the request")
     parser.add_argument("--wait", action="store_true", help=WAIT_HELP)
 
 
@@ -237,6 +238,7 @@ def _operation_request(args: argparse.Namespace) -> EntityRequestBody:
 def _firmware_request(args: argparse.Namespace) -> EntityRequestBody:
     return FirmwareRequest(
         requested_by=args.by,
+        reason=args.reason,
         target_version=args.version,
         image_uri=args.image,
         dpu_ids=args.dpus,

@@ -2,7 +2,9 @@
 
 A read: nothing is sent, nobody is recorded. The entity's `status` query, the operation's own
 `status` query (a reboot has none: its Phase and current details), the monitor's status when one
-runs, and for an idle host what DPF shows of DPUs an ended operation left waiting. While
+runs, and for an idle host what DPF shows of DPUs an ended operation left waiting and a reboot
+run still waiting for a person that no operation owns (a terminated firmware run's), with its
+way out (`reboot_waiting`: one describe). While
 the site watch is not beating (its worker died and another has not taken it over yet), the DPU
 phases shown are said to be from its last beat (`metalflow.site_watch_health`: two describes,
 only when the operation shows DPUs). An entity that
@@ -120,6 +122,8 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
             f"(`metalflow bmc power {args.host} on`) or run an operation that does; the mark clears at "
             "the entity's next power watch reading of the host On, or a run that says the host is on",
         )
+    if held:  # an abandoned reboot (a firmware run's, terminated) waits for nobody: its way out, now
+        warnings.insert(1 if status.left_off_by else 0, held)
     doubt = maybe_off_warning(status) if idle else None
     if doubt is not None:  # a run's end left the host's power unread: the entity reads it again
         warnings.insert(0, doubt)

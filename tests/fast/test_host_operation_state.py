@@ -339,7 +339,7 @@ def test_the_status_shows_each_dpu_the_counts_and_the_deadline() -> None:
     assert (status.reboot_attempts, status.rebooting_to, status.boot_generation) == (1, 5, 4)
     assert status.reboot_deadline_at == T0 + timedelta(hours=2) and status.operation == "reprovision"
     assert state.left_behind() == (
-        "Generation reached 4. Changed by this run: nothing. Each DPU: d0 not deleted (as it was); "
+        "Boot generation 4 reached. Changed by this run: nothing. Each DPU: d0 not deleted (as it was); "
         "d1 not deleted (as it was). The host: not power-cycled by this run"
     )
 
@@ -352,7 +352,7 @@ def test_a_reprovision_that_ends_early_names_each_dpu_it_deleted_and_the_host() 
     state.observe(dpf(dpu(0, "Ready"), dpu(1, "Ready")), T0)
     state.deleted("d0", "d0-u1", "node-h-device-d0", "deleted")
     assert state.left_behind() == (
-        "Generation reached 4. Changed by this run: deleted DPU node-h-device-d0 (uid d0-u1). Each "
+        "Boot generation 4 reached. Changed by this run: deleted DPU node-h-device-d0 (uid d0-u1). Each "
         "DPU: d0 deleted (uid d0-u1), not seen recreated yet: DPF recreates it; d1 not deleted (as "
         "it was). The host: not power-cycled by this run"
     )

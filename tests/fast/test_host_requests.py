@@ -109,6 +109,21 @@ def test_the_command_sends_the_rows_update(kind: EntityRequest[Any]) -> None:
     assert isinstance(COMMANDS[kind.operation].request(args), kind.request)
 
 
+@ROWS
+def test_every_operation_takes_a_reason_recorded_with_it_and_handed_to_its_run(
+    kind: EntityRequest[Any],
+) -> None:
+    """Issue 40, an attack's finding: `host firmware` had no `--reason` while every other host
+    operation had it. Each command takes it, the entity records it with the operation (`host
+    status`, a successor's takeover reads it from the run's input) and its run gets it."""
+    asked = ["host", kind.command, "h1", *REQUIRED.get(kind.command, []), "--reason", "ticket 42"]
+    request = COMMANDS[kind.operation].request(build_parser("host").parse_args(asked))
+    state = HostEntityState.of(HostWorkflowInput(host_id="h1"))
+    current = state.record_request(kind, request, NOW)
+    assert current.record.reason == "ticket 42"
+    assert getattr(state.child_input(current), "reason", None) == "ticket 42"
+
+
 def test_a_host_reset_takes_the_reboots_power_down_wait_and_only_the_host_target() -> None:
     """`host reset --host` is a reboot: on a BMC without PowerCycle it waited the host policy's
     120 s between Off and On with no way to say otherwise (a `--host` reset after `--all-dpus`

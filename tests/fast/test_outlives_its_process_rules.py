@@ -74,7 +74,8 @@ def ended(state: HostEntityState, request: OperationRequest, outcome: str, kind:
 
 def test_an_operators_abort_of_the_monitors_request_holds_automation_back_naming_who_and_why() -> None:
     state = entity()
-    ended(state, MONITORS, "aborted by alice: debugging. Generation reached 0. Changed by this run: nothing")
+    said = "aborted by alice: debugging. Boot generation 0 reached. Changed by this run: nothing"
+    ended(state, MONITORS, said)
     hold = state.automation_held_back
     assert hold is not None
     assert (hold.by, hold.reason, hold.after, hold.asked_by) == (

@@ -347,7 +347,8 @@ class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abort
             host_id=self._request.host_id,
             boot_generation=generation,
             requested_by=self._request.requested_by,
-            reason=f"activate DPU firmware {self._request.target_version}",
+            reason=f"activate DPU firmware {self._request.target_version}"
+            + (f": {self._request.reason}" if self._request.reason else ""),
             policy=self._request.policy,
         )
         # A generation already used means the request's count is behind the host's; the staged

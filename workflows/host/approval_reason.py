@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from contracts import names
 from contracts.errors import ReasonNoLongerHolds
-from contracts.models.dpf import PHASE_READY, HostDPFState
+from contracts.models.dpf import PAST_NODE_EFFECT, PHASE_READY, HostDPFState
 from contracts.models.host import PendingOperation
 
 
@@ -32,17 +32,22 @@ class ApprovalReason:
         )
 
     def reason_gone(self, current: PendingOperation, dpf: HostDPFState) -> str | None:
-        """What DPF says now of the DPUs the monitor's request named, when its reason no longer
-        holds: none of them is degraded any more (each `Ready`, or gone from DPF), as the monitor
-        itself withdraws a stale request (`MonitorState.stale_request`). None: a DPU it named is
-        still not Ready (Node Effect, Error, being recreated): the reason holds."""
+        """What DPF says now (read at the approval) of the DPUs the monitor's request named, when
+        its reason no longer holds: none of them is degraded any more (each `Ready`, past Node
+        Effect on its way there, or gone from DPF). None: a DPU it named is still down (Node
+        Effect, Error, being installed): the reason holds."""
         named = current.request.dpu_ids or tuple(d.dpu_id for d in dpf.dpus if d.dpu_id)
         now: list[str] = []
         for dpu_id in named:
             dpu = dpf.dpu(dpu_id)
-            if dpu is not None and dpu.phase != PHASE_READY:
+            if dpu is None:
+                now.append(f"{dpu_id} is gone")
+            elif dpu.phase in PAST_NODE_EFFECT:
+                now.append(f"{dpu_id} is in {dpu.phase} (past Node Effect, on its way to Ready)")
+            elif dpu.phase == PHASE_READY:
+                now.append(f"{dpu_id} is Ready")
+            else:
                 return None
-            now.append(f"{dpu_id} is {'Ready' if dpu is not None else 'gone'}")
         reason = current.record.reason or "its DPUs degraded"
         return (
             f"its reason ({reason}) no longer holds: DPF says {', '.join(now) or 'the host has no DPU'} now"

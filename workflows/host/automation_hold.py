@@ -23,7 +23,8 @@ from contracts.errors import AutomationHeldBack
 from contracts.models.host import AutomationHold, EntityRequestBody, PendingOperation
 from contracts.wording import iso_z
 
-RUN_WORDS = ("; ", ". Generation reached ")  # `kernel.Runbook.aborted`, a host operation's abort
+# `kernel.Runbook.aborted`, a host operation's abort (its words before issue 40's attack too)
+RUN_WORDS = ("; ", ". Boot generation ", ". Generation reached ")
 ENDS_IT = "metalflow host retry {host}, or an operator's own request"
 
 

@@ -60,6 +60,7 @@ def child_input(
             image_uri=request.image_uri,
             dpu_ids=request.dpu_ids,
             requested_by=requested_by,
+            reason=request.reason,
             boot_generation=generation,
             policy=default_policy,
             power_before=power_before,

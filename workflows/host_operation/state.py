@@ -523,7 +523,7 @@ class HostOperationState:
     def left_behind(self) -> str:
         """An early end's words: generation, changes, a reprovision's DPUs and host (left_words.py)."""
         changed = "; ".join(self.changes) or "nothing"
-        said = f"Generation reached {self.generation}. Changed by this run: {changed}"
+        said = f"Boot generation {self.generation} reached. Changed by this run: {changed}"
         if self.request.kind != HostOperationKind.REPROVISION or not self.dpu_ids:
             return said
         return f"{said}. {reprovision_left(self.dpu_ids, self.replaced, self.seen, self.power_cycles)}"

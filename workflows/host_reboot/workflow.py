@@ -87,6 +87,7 @@ with workflow.unsafe.imports_passed_through():
         ReadPowerStateInput,
         SystemPower,
     )
+    from contracts.operator_answers import Answered, second_answer_refusal
     from workflows import kernel
     from workflows.host_reboot.dpf_told import TellsDPF
     from workflows.host_reboot.failure import bmc_failure_reason, off_step
@@ -135,6 +136,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         self._dpf_waiting = None  # DPF waited for a reboot before the cycle (`dpf_told.py`)
         self._dpf_told = ""  # what telling DPF did, in the final words and the result
         self._retry: OperatorRequest | None = None
+        self._retry_taken: Answered | None = None  # who retried and when (`answer_taken`)
         self._why = ""  # what the BMC did on the last retry that failed
         self._unplanned = ""  # another actor turned the host On during our power-down: in words
         self._last_reset = None  # LastResetTime as the last power step read it (`PowerSteps`)
@@ -220,15 +222,15 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         left the host OFF, a person asked or not, tries On afresh: nobody is left to ask."""
         generation = self._request.boot_generation
         if self._cycled:
-            return f"The host was power-cycled: generation {generation} reached"
+            return f"The host was power-cycled: boot generation {generation} reached"
         if isinstance(err, asyncio.CancelledError | CancelledError) and self._power.cancelled():
             if await self._powered_on_after(None):  # our ForceOff, then this On: the BMC cycled it
                 self._cycled = self._cycled_by_cancel()
                 cycled = "The host was power-cycled (our ForceOff, the On its cancel sent)"
-                return f"{cycled}: generation {generation} reached"
+                return f"{cycled}: boot generation {generation} reached"
         if self._power.is_off:
-            return f"Generation {generation} not reached; {self._power.left()}"
-        return f"Generation {generation} not reached"
+            return f"Boot generation {generation} not reached; {self._power.left()}"
+        return f"Boot generation {generation} not reached"
 
     def _cycled_by_cancel(self) -> HostRebootResult:
         """The result of a run whose cancel powered the host on after its ForceOff: that is a power
@@ -281,11 +283,14 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
     def retry(self, request: OperatorRequest) -> OperatorAnswer:
         """Try the BMC again while a person is awaited (`_retried`)."""
         self._retry = request
+        self._retry_taken = Answered(RETRY_UPDATE, request.requested_by, workflow.now())
         what = "powering it on" if self._power.is_off else "power cycling it"
         return OperatorAnswer(accepted=True, message=f"retry accepted from {request.requested_by}: {what}")
 
     @retry.validator
     def _validate_retry(self, request: OperatorRequest) -> None:
+        if (refused := second_answer_refusal(RETRY_UPDATE, self.answer_taken())) is not None:
+            raise ValueError(refused)  # an abort accepted first wins
         if not self._waiting_for_person or self._retry is not None:
             raise ValueError(
                 f"`retry` is only accepted while a person is awaited (now: {self.phase}: {self.details})"
@@ -323,6 +328,11 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
 
     def on_abort(self) -> None:
         self._stopping = True
+
+    def answer_taken(self) -> Answered | None:
+        """A retry the person's wait has not read yet wins over an abort; else the kernel's."""
+        waiting = self._waiting_for_person and self._retry is not None
+        return (self._retry_taken if waiting else None) or super().answer_taken()
 
     def abort_promise(self) -> str:
         if self._waiting_for_person and self._power.is_off:

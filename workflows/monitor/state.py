@@ -27,7 +27,14 @@ from pydantic import PrivateAttr
 from contracts import names
 from contracts.models.campaign import HostFinished
 from contracts.models.control import OperatorRequest
-from contracts.models.dpf import PHASE_NODE_EFFECT, PHASE_READY, DPUProgress, DPUState, HostDPFState
+from contracts.models.dpf import (
+    PAST_NODE_EFFECT,
+    PHASE_NODE_EFFECT,
+    PHASE_READY,
+    DPUProgress,
+    DPUState,
+    HostDPFState,
+)
 from contracts.models.monitor import (
     IN_POOL,
     OUT_OF_POOL,
@@ -229,8 +236,10 @@ class MonitorState(MonitorMemory):
             return self._checked(self.asked) + timedelta(
                 seconds=self._request.policy.reprovision_after_seconds
             )
-        due = min(self.due_at(d) for d in self.degraded)
-        return due if self.hold_back is None else max(due, self.hold_back.until)
+        dues = [self.due_at(d) for d in self._still_down()]
+        if not dues:  # each on its way back to Ready: DPF's next change wakes the monitor
+            return None if self.hold_back is None else self.hold_back.until
+        return min(dues) if self.hold_back is None else max(min(dues), self.hold_back.until)
 
     def _checked(self, asked: OwnRequest) -> datetime:
         return asked.checked_at or asked.asked_at or self.began
@@ -247,7 +256,12 @@ class MonitorState(MonitorMemory):
             self.hold_back = None
         if self.asked is not None:  # its own request is held or runs: the entity tells its end
             return []
-        return [d for d in self.degraded if self.due_at(d) <= now]
+        return [d for d in self._still_down() if self.due_at(d) <= now]
+
+    def _still_down(self) -> list[DegradedDPU]:
+        """The degraded DPUs not on their way back to Ready (`PAST_NODE_EFFECT`: their services
+        are back; a reprovision asked then was refused at its approval, and the monitor asked again)."""
+        return [d for d in self.degraded if self.last_phases.get(d.dpu_id) not in PAST_NODE_EFFECT]
 
     def own_request_to_check(self, now: datetime) -> OwnRequest | None:
         """The monitor's own running request, one deadline after it was last seen running: the
