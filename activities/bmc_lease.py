@@ -41,10 +41,18 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 from typing import Protocol
 
 from temporalio import activity
-from temporalio.client import WithStartWorkflowOperation, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -63,9 +71,11 @@ from contracts.models.bmc_lease import (
     RequestLeaseResult,
     WorkflowRunRefs,
 )
+from contracts.models.control import STATUS_QUERY
 from contracts.models.host import HostRebootResult
 from contracts.models.inventory import BMCAccess, HostInventory, Source
 from contracts.priorities import REBOOT_PRIORITY
+from contracts.run_words import final_details
 from contracts.with_start import execute_update_with_start
 from drivers.settings import Settings
 
@@ -80,6 +90,7 @@ class HostResolver(Protocol):
 
 PREVIOUS_REBOOT_POLL_SECONDS = 1.0
 PREVIOUS_REBOOT_WAIT_SECONDS = 20.0  # per attempt (the step's start-to-close is 30 s); then retried
+WORDS_QUERY_TIMEOUT = timedelta(seconds=15)  # a cut run's words (`_cut_run_words`); then not read
 
 
 class BMCLeaseActivities:
@@ -243,4 +254,23 @@ class BMCLeaseActivities:
                 await handle.result(follow_runs=False)
             except WorkflowFailureError as failed:
                 said = str(getattr(failed.cause, "message", None) or failed.cause or failed)
+        elif request.workflow_id and request.words:  # cut by hand: what does it say it left?
+            said = await _cut_run_words(activity.client(), workflow_id, end)
         return RebootRunSeen(end=end, phase=phase, said=said)
+
+
+async def _cut_run_words(client: Client, workflow_id: str, end: str) -> str:
+    """What an operation's run cut by hand says it did and left (`RebootRunInput.words`), "" none
+    or not read: a cancelled run's final details, a terminated one's `status` query's `left` (a
+    terminated run ran no finaliser: the state it had, replayed). One query either way."""
+    if end == "cancelled":
+        return await final_details(client, workflow_id, WORDS_QUERY_TIMEOUT) or ""
+    if end != "terminated":
+        return ""
+    try:
+        status = await client.get_workflow_handle(workflow_id).query(
+            STATUS_QUERY, result_type=dict, rpc_timeout=WORDS_QUERY_TIMEOUT
+        )
+    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+        return ""
+    return str(status.get("left") or "") if isinstance(status, dict) else ""

@@ -54,6 +54,16 @@ CANCELLED_OUTCOME = (
 never `aborted`, which reads as an operator's `host abort` naming the requester. The words of
 what it did and left are its final Phase details (`--wait` reads them)."""
 
+CANCELLED_PHASE = "**cancelled**: "  # how a cancelled run's final details begin (`kernel.end_early`)
+
+
+def cancel_left(details: str) -> str:
+    """What a cancelled run's final details (`**cancelled**: cancelled (the workflow was
+    cancelled). Done: ...`) say it did and left (`Done: ...`); details of another form whole
+    (after their phase); "" none. The details are read with `contracts.run_words.final_details`."""
+    said = details.split("**: ", 1)[-1]
+    return said.split(". ", 1)[1] if said.startswith("cancelled (") and ". " in said else said
+
 
 def aborted_outcome(message: str) -> str:
     """An operation an operator aborted, in the entity's record (`host status`, campaigns): it

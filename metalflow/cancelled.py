@@ -5,34 +5,20 @@ operator's abort (task B3 of issue 40; before: `failed: CancelledError: Workflow
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Final
 
-from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import Client, WorkflowQueryFailedError, WorkflowQueryRejectedError
-from temporalio.service import RPCError
+from contracts.run_words import METADATA_QUERY, final_details
+from contracts.wording import cancel_left
 
-METADATA_QUERY: Final = "__temporal_workflow_metadata"  # built into every workflow: its current details
+__all__ = ["CANCELLED_WORDS", "METADATA_QUERY", "cancelled_words", "final_details"]
+
 CANCELLED_WORDS: Final = (
     "cancelled in Temporal (`temporal workflow cancel` or its parent's close), not by an operator's abort"
 )
 
 
-async def final_details(client: Client, workflow_id: str, timeout: timedelta) -> str | None:
-    """The closed run's current details (a worker replays it to answer); None: not read.
-    Cost: one query."""
-    try:
-        metadata = await client.get_workflow_handle(workflow_id).query(
-            METADATA_QUERY, result_type=WorkflowMetadata, rpc_timeout=timeout
-        )
-    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
-        return None
-    return metadata.current_details or None
-
-
 def cancelled_words(details: str | None) -> str:
     """`CANCELLED_WORDS`, then what the run's final details (`**cancelled**: cancelled (the
     workflow was cancelled). Done: ...`) say it did and left; or that they could not be read."""
-    said = details.split("**: ", 1)[-1] if details else ""
-    done = said.split(". ", 1)[1] if said.startswith("cancelled (") and ". " in said else said
+    done = cancel_left(details) if details else ""
     return CANCELLED_WORDS + (f". {done}" if done else ": what it did and left could not be read")

@@ -9,6 +9,12 @@ alice", an abort nobody made) with nothing of what the run did and left. Now `--
 cancelled in Temporal, not by an operator's abort, with the run's own final words (each DPU's
 fate, the host's power), exit 4 as an abort (stopped as asked: not a failure), and the entity
 records it as cancelled, no operator's abort. The pure words: tests/fast/test_host_entity_state.py.
+
+The host starts OFF as an earlier reset left it (its BMC's password rotated after the ForceOff,
+then that reset aborted: `host list` `idle (host OFF)`). The cancel powers it back on, and its
+final words ("...; the host is on") are the entity's record too, so the mark goes. Before, the
+record said only `cancelled (...)` and the host stayed marked OFF although On
+(tests/fast/test_off_mark_follows_the_truth.py holds the rule).
 """
 
 from __future__ import annotations
@@ -52,6 +58,31 @@ def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
     httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
 
 
+async def _left_off_by_an_aborted_reset(env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> None:
+    """A `--both` reset whose host BMC rejects the password after its ForceOff waits for a person
+    saying the host is OFF; aborted, it ends so, and the entity marks the host OFF."""
+    _fault(sim, HOST, "rotate-after-forceoff")
+    try:
+        asked = "host", "reset", HOST, "--both", "--by", "alice", "--task-queue", task_queue
+        assert (await metalflow(env, *asked)).status == 0
+        for _ in range(300):
+            seen = await operation_progress(env.client, f"reset/{HOST}", HOST)
+            if seen is not None and seen.phase == "manual-intervention-required":
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"reset/{HOST} never handed the host over: {seen}")
+    finally:
+        _fault(sim, HOST, "clear")
+    aborted = await metalflow(env, "host", "abort", HOST, "--by", "bob", "--task-queue", task_queue)
+    assert aborted.status == 0, aborted.stdout + aborted.stderr
+    for _ in range(300):
+        if (await shown_state(env, HOST))["host"]["left_off_by"] == f"reset/{HOST}":
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{HOST} never marked OFF: {await shown_state(env, HOST)}")
+
+
 async def test_a_both_reset_cancelled_in_resetting_dpu_says_it_was_cancelled_with_what_it_did_and_left(
     local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
 ) -> None:
@@ -59,6 +90,8 @@ async def test_a_both_reset_cancelled_in_resetting_dpu_says_it_was_cancelled_wit
     try:
         async with worker_for(env.client, task_queue, sim):
             await ensure_entity(env.client, HostWorkflowInput(host_id=HOST, policy=POLICY), task_queue)
+            await _left_off_by_an_aborted_reset(env, sim, task_queue)
+            assert [e["to"] for e in sim.power_log(HOST)][-1] == "Off"
             asked = "host", "reset", HOST, "--both", "--wait", "--by", "alice", "--task-queue", task_queue
             waited = asyncio.create_task(metalflow(env, *asked))
             # Once its BMCs were checked and the host goes off (a 1 s transition here): the second
@@ -98,3 +131,7 @@ async def test_a_both_reset_cancelled_in_resetting_dpu_says_it_was_cancelled_wit
     assert last["workflow_id"] == reset, last
     assert last["outcome"].startswith("cancelled (the workflow was cancelled"), last  # before: "aborted"
     assert "no operator's abort" in last["outcome"], last
+    # Its own final words are the record's too, so the OFF mark the earlier reset left is gone.
+    assert last["outcome"].endswith("the host is on"), last  # before: the cancel's words only
+    assert f"not reset: {stuck}" in last["outcome"], last
+    assert shown["left_off_by"] == "", shown  # before: reset/HOST, `idle (host OFF)`, a WARNING

@@ -137,13 +137,19 @@ class RebootRunInput(_Frozen):
     # An operation's own run to describe instead (its last Phase: an entity reading a reboot or
     # reset cut by hand); "" the reboot id of `boot_generation`.
     workflow_id: str = ""
+    # That run, cut by hand: also read what it says it did and left (`RebootRunSeen.said`; one
+    # query, which a worker answers by replaying the closed run).
+    words: bool = False
 
 
 class RebootRunSeen(_Frozen):
     """How the run holding a reboot id stands (`workflows.parts.boot_generation.RunEnd`'s
     values; `absent`: no run holds it any more), the generation a completed one reached, its
     last Phase (its `Phase` search attribute; "" none) and, for a failed one, its failure's
-    message (`said`: e.g. `BMCRebootFailed`'s, which says when the host is OFF by its hand)."""
+    message (`said`: e.g. `BMCRebootFailed`'s, which says when the host is OFF by its hand). An
+    operation's own run cut by hand, asked for its `words`: `said` is what it says it did and left
+    (cancelled: its final Phase details, `contracts.run_words`; terminated: its `status` query's
+    `left`, for an operation that answers one); "" not said or not read."""
 
     end: str
     boot_generation: int | None = None

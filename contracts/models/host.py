@@ -190,9 +190,9 @@ class HostOperationStatus(_Frozen):
     started_at: datetime
     # When DPF's deadline for the reboot it asked for passes (None: none pending or unknown).
     reboot_deadline_at: datetime | None = None
-    # Resets metalflow did not make, seen while the operation ran (newest last, bounded).
-    unplanned_resets: tuple[str, ...] = ()
+    unplanned_resets: tuple[str, ...] = ()  # resets metalflow did not make, seen meanwhile (newest last)
     site_check: tuple[str, ...] = ()  # the kept site check's words it started under (degraded)
+    left: str = ""  # what an early end would leave now: a terminated run's entity reads it (replayed)
 
 
 class OperationEnd(_Frozen):

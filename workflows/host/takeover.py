@@ -33,13 +33,21 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.models.host import EntityPredecessor, OperationRun, PendingOperation
+    from contracts.models.host import EntityPredecessor, OperationRecord, OperationRun, PendingOperation
     from contracts.models.inventory import HostLookup
     from workflows import kernel
-    from workflows.host.outcome import POWER_HOLDERS, off_when_cut
     from workflows.host.state import HostEntityState
-    from workflows.host.takeover_rules import CutReboots, carried, cut_to_read, outcome_of_run, take_over
-    from workflows.parts.reboot_rounds import last_phase, reached_by_reboots
+    from workflows.host.takeover_rules import (
+        CutReboots,
+        carried,
+        cut_read,
+        cut_to_read,
+        outcome_of_run,
+        said_when_cut,
+        take_over,
+    )
+    from workflows.parts.boot_generation import RebootLeft
+    from workflows.parts.reboot_rounds import cut_run, reached_by_reboots
 
 PREDECESSOR_READ: workflow.ActivityConfig = {
     "start_to_close_timeout": timedelta(seconds=30),
@@ -143,11 +151,7 @@ class TakeOver(kernel.Runbook):
         if cut and reported is None:  # Temporal keeps no result: what its reboots reached
             reported, reboot = await reached_by_reboots(state.host_id, state.boot_generation)
         state.reached(reported, workflow.now())
-        outcome = outcome_of_run(end)
-        if outcome == "terminated":  # did it, or its reboot, leave the host OFF?
-            held = record.operation in POWER_HOLDERS
-            phase = await last_phase(state.host_id, record.workflow_id) if held else ""
-            outcome = off_when_cut(outcome, record.operation, phase, state.host_id, reboot)
+        outcome = await self.said_when_cut(record, outcome_of_run(end), reboot)
         await self.ended(
             current,
             outcome,
@@ -155,6 +159,16 @@ class TakeOver(kernel.Runbook):
             deletes_sent=end.deletes_sent,
             last_reset=end.last_reset_time,
         )
+
+    async def said_when_cut(self, record: OperationRecord, outcome: str, reboot: RebootLeft | None) -> str:
+        """The outcome of an operation (own child or adopted) that Temporal says was cut by hand,
+        with what its run says it did and left, read once when there is something to read
+        (`takeover_rules.cut_read`: a cancelled run's final details, a terminated reboot's or
+        reset's last Phase, a terminated reprovision's state; `said_when_cut`). Other ends: as they are."""
+        words = cut_read(record.operation, outcome)
+        host = self.state.host_id
+        seen = None if words is None else await cut_run(host, record.workflow_id, words=words)
+        return said_when_cut(outcome, record.operation, seen, host, reboot)
 
     async def ended(
         self, current: PendingOperation, outcome: str, unplanned: str, *, deletes_sent: bool = False,

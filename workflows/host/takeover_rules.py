@@ -38,6 +38,7 @@ from typing import Any, Final, NamedTuple
 from pydantic import ValidationError
 
 from contracts import names
+from contracts.models.bmc_lease import RebootRunSeen
 from contracts.models.host import (
     MANUAL_INTERVENTION_REQUIRED,
     AutomationHold,
@@ -50,7 +51,7 @@ from contracts.models.host import (
     PendingOperation,
     RunEnd,
 )
-from contracts.wording import CANCELLED_OUTCOME, aborted_outcome, iso_z
+from contracts.wording import CANCELLED_OUTCOME, CANCELLED_PHASE, aborted_outcome, cancel_left, iso_z
 from workflows.host.automation_hold import hold_after_run
 from workflows.parts.boot_generation import UNKNOWN_ENDS, RebootLeft, generation_after
 from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON, POWER_NOT_TOUCHED
@@ -231,6 +232,49 @@ def off_when_cut(
             f"terminated after its reboot {rid} failed leaving the host OFF; "
             f"the host {host_id} {HOST_IS_OFF}: {power_on}"
         )
+    return outcome
+
+
+WORDS_WHEN_TERMINATED: Final = (names.PROVISION, names.REPROVISION)  # their `status` says what they left
+
+
+def cut_read(operation: str, outcome: str) -> bool | None:
+    """Whether the entity reads the run of an operation whose end says it was cut by hand
+    (`outcome_of`: cancelled or terminated; Temporal keeps no result), None: no read; True: for
+    its words too (`reboot_rounds.cut_run`: one activity, the words one query in it). Cancelled,
+    any operation: its final details say what it did and left, the host's power too
+    (`said_when_cut`). Terminated: a reboot's or reset's last Phase (`off_when_cut`), a
+    provision's or reprovision's words (its state replayed: its DPUs deleted, its power cycles).
+    Every other end says its own words: no read."""
+    if outcome == CANCELLED_OUTCOME:
+        return True
+    if outcome == "terminated" and operation in POWER_HOLDERS:
+        return False
+    if outcome == "terminated" and operation in WORDS_WHEN_TERMINATED:
+        return True
+    return None
+
+
+def said_when_cut(
+    outcome: str, operation: str, seen: RebootRunSeen | None, host_id: str, reboot: RebootLeft | None = None
+) -> str:
+    """The outcome of an operation cut by hand with what the read of its run (`seen`, `cut_read`;
+    None: not read) and its last reboot (`reboot`) found:
+
+    - cancelled: `cancelled (...). Done: ...; the host is on`: its own final words (a cancel
+      carries none in Temporal), so `HostEntityState.finish` moves the OFF mark exactly as for any
+      other end that says the host's power (issue 40: before, the record said only `cancelled
+      (...)`, and a mark an earlier run left stayed on a host the cancel powered on);
+    - terminated: `off_when_cut` (its last Phase, its last reboot), then what the run had done as
+      its state replayed says it (`; as the run stood when terminated: ...`: a reprovision's DPUs
+      deleted from DPF and its power cycles)."""
+    said = seen.said if seen is not None else ""
+    if outcome == CANCELLED_OUTCOME:
+        left = cancel_left(said) if said.startswith(CANCELLED_PHASE) else ""
+        return f"{outcome}. {left}" if left else outcome
+    outcome = off_when_cut(outcome, operation, seen.phase if seen is not None else "", host_id, reboot)
+    if said and outcome.startswith("terminated"):
+        return f"{outcome}; as the run stood when terminated: {said}"
     return outcome
 
 

@@ -45,7 +45,8 @@ fails shows `unknown (why)` and never fails the entity. Cost per read: about 8 e
 
 Worst-case history: about 26 events per operation (update, child start and end, an upsert per phase
 change, the versions read after it; 3 more per reboot run a cancelled or terminated one has read,
-`reached_when_ended`, the last saying if a terminated one left the host OFF; 3 more per operation that
+`reached_when_ended`, and 3 for its own run's read: a cancelled one's final words, a terminated reboot's,
+reset's or reprovision's last Phase or state, `takeover_rules.cut_read`; 3 more per operation that
 reboots the host other than a reboot: the reboot id it would take, read before its start,
 `refuse_behind_waiting`; ~12 for rule 8's read, and when it is not answered 17 per re-read of the
 host's power, at most 4: `power_watch.py`) plus 5 per other update, 17 (+6 per DPU) per power watch
@@ -112,13 +113,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host.approval_check import ApprovalCheck
     from workflows.host.child_input import reboot_held_first
     from workflows.host.maintenance_rules import leaves_running
-    from workflows.host.outcome import POWER_HOLDERS, ended_as, generation_reported, off_when_cut, outcome_of
+    from workflows.host.outcome import ended_as, generation_reported, outcome_of
     from workflows.host.power_watch import PowerWatch
     from workflows.host.state import HostEntityState
     from workflows.host.takeover import Gate, TakeOver
     from workflows.host.versions_shown import VersionsShown
     from workflows.parts.reboot_rounds import (
-        last_phase,
         reached_when_ended,
         refuse_behind_waiting,
         start_next_reboot,
@@ -453,11 +453,8 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
             state, reported = self.state, generation_reported(err)  # its reboots count too
             generation, reboot = await reached_when_ended(err, reported, state.host_id, state.boot_generation)
             state.reached(generation, workflow.now())
-            outcome, unplanned, deletes_sent, last_reset = outcome_of(err), "", False, None
-            if outcome == "terminated":  # did it, or its last reboot, leave the host OFF?
-                kind, cut = current.record.operation, current.record.workflow_id
-                phase = await last_phase(state.host_id, cut) if kind in POWER_HOLDERS else ""
-                outcome = off_when_cut(outcome, kind, phase, state.host_id, reboot)
+            unplanned, deletes_sent, last_reset = "", False, None  # cut by hand: what its run says
+            outcome = await self.said_when_cut(current.record, outcome_of(err), reboot)
         else:  # `completed`, or an operator's abort: `aborted by ...` (a removal's: after a delete?)
             self.state.reached(result.boot_generation, workflow.now())
             outcome, unplanned, deletes_sent = ended_as(result), result.unplanned_power, result.deletes_sent

@@ -281,7 +281,7 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
             phases=self._watch.clock.phases,
             rebooting_to=self.reboots.rebooting_to,
             intervention=self.question,
-        ).model_copy(update={"site_check": self.site_check})
+        ).model_copy(update={"site_check": self.site_check, "left": self.state.left_behind()})
 
     @workflow.signal(name=HOST_REBOOTED_SIGNAL)
     async def host_rebooted(self, confirmation: OperatorRequest) -> None:

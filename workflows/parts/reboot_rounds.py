@@ -442,21 +442,22 @@ async def refuse_behind_waiting(host_id: str, generation: int) -> None:
             return
 
 
-async def last_phase(host_id: str, workflow_id: str) -> str:
-    """The last Phase of the run `workflow_id` (a reboot or reset ended by hand), "" when it
-    cannot be read (logged: nothing is claimed of the host's power)."""
+async def cut_run(host_id: str, workflow_id: str, *, words: bool = False) -> RebootRunSeen:
+    """How the run `workflow_id` (an operation ended by hand: cancelled or terminated) stands: its
+    last Phase and, asked for its `words`, what it says it did and left (`RebootRunSeen.said`).
+    `end` "unread" when it cannot be read (logged: nothing is claimed of the host's power)."""
     try:
-        seen = await workflow.execute_activity(
+        seen: RebootRunSeen = await workflow.execute_activity(
             activity_api.describe_reboot_run,
-            RebootRunInput(host_id=host_id, boot_generation=1, workflow_id=workflow_id),
+            RebootRunInput(host_id=host_id, boot_generation=1, workflow_id=workflow_id, words=words),
             **kernel.options(
                 kernel.bounded(kernel.KUBE_READ, DESCRIBE_SECONDS), f"where did {workflow_id} end?"
             ),
         )
     except ActivityError as failed:
         workflow.logger.warning("%s not read: %s", workflow_id, kernel.describe_failure(failed))
-        return ""
-    return seen.phase
+        return RebootRunSeen(end="unread")
+    return seen
 
 
 REBOOTS_READ_AFTER_CANCEL: Final = 10  # a cancelled operation's reboots read past the count
