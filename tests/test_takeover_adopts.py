@@ -250,6 +250,8 @@ async def test_a_later_run_of_the_same_reset_that_completed_after_its_entity_was
             _fault(sim, host, "clear")
             on = await _cli(env, "bmc", "power", host, "on", "--settle", "0")  # the WARNING's advice
             assert on.status == 0, on.stdout + on.stderr
+            # ... clears the mark at once (no power watch here); before: only at the next reading On
+            await _until(env, host, lambda s: s["host"]["left_off_by"] == "", "cleared the mark", seconds=5)
             seen = len(sim.power_log(host))
             await _asked(env, task_queue, "bob", "host", "reset", host, "--host", "--power-down-wait", "3")
             for _ in range(100):  # its reboot turned the host off and waits to turn it on

@@ -32,6 +32,7 @@ class PowerSet(BaseModel):
     action: str  # "on", "off", "cycle": the command's action
     power_state: str  # "On", "Off": the PowerState the command saw at its end
     at: datetime  # when the command saw it (the baseline's time)
+    requested_by: str = ""  # who ran it (`$USER@hostname`), for the words of an OFF mark it clears
 
 
 ITS_REBOOT_NOW_SIGNAL: Final = "its_reboot_now"

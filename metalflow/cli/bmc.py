@@ -307,6 +307,9 @@ def _tell_entity(args: argparse.Namespace, done: PowerSet) -> None:
 
     from contracts import names
     from metalflow.cli import connection
+    from metalflow.hosts import default_operator
+
+    done = done.model_copy(update={"requested_by": default_operator()})  # who: an OFF mark it clears says it
 
     async def tell() -> None:
         async with asyncio.timeout(TELL_ENTITY_SECONDS):

@@ -112,3 +112,23 @@ def test_a_terminated_reset_in_manual_intervention_still_says_the_host_is_off() 
     seen = RebootRunSeen(end="terminated", phase="manual-intervention-required")
     outcome = said_when_cut("terminated", "reset", seen, HOST)
     assert outcome.startswith("terminated while the host was OFF") and f"the host {HOST} is OFF" in outcome
+
+
+def test_bmc_power_on_clears_the_mark_at_once_saying_who_and_when_and_off_marks_nothing() -> None:
+    """`metalflow bmc power HOST on` (signal `power_set`): the mark goes at once, not at the
+    watch's next reading (900 s by default); the taken-over words say who and when. Its Off (a
+    person's `bmc power off`) is no run's OFF: no mark made or cleared."""
+    state = HostEntityState.of(HostWorkflowInput(host_id=HOST))
+    assert state.powered_on_by_hand(f"metalflow bmc power {HOST} on", "On", T0) == ""  # no mark: nothing
+    state = entity_left_off()
+    state.taken_over = f"took over from run r-1: the host is OFF as reset/{HOST} left it"
+    how = f"metalflow bmc power {HOST} off (bob@ops)"
+    assert state.powered_on_by_hand(how, "Off", T0) == "" and state.left_off() == f"reset/{HOST}"
+    how = f"metalflow bmc power {HOST} on (bob@ops)"
+    words = state.powered_on_by_hand(how, "On", T0 + timedelta(minutes=3))
+    assert words == f"the host is On by {how}: no longer OFF as reset/{HOST} left it"
+    assert state.left_off() is None and state.status().left_off_by == ""
+    assert state.taken_over == (
+        f"took over from run r-1: the host was OFF as reset/{HOST} left it "
+        f"(no longer: powered On by {how} at 2026-11-29T03:03:00Z)"
+    )

@@ -47,7 +47,8 @@ warns of it (naming the run and `power_read_at`) and `host list` shows `idle (ho
 `metalflow bmc power HOST on|off|cycle` (an operator's power action through metalflow's own CLI,
 e.g. the OFF WARNING's advice) tells the entity what it did (signal `power_set`):
 at rest it is the new baseline (`power_rest.after_power_set`), so the next reading does not call it
-unplanned, and a reading under way when it came is not compared (it may predate the action). No
+unplanned, and a reading under way when it came is not compared (it may predate the action). The
+host seen On clears the OFF mark at once, saying who and when (`powered_on_by_hand`; Off marks nothing). No
 cost to a run that uses no such command: one signal (two history events) per command.
 """
 
@@ -144,6 +145,9 @@ class PowerWatch(kernel.Runbook):
         """`metalflow bmc power HOST on|off|cycle` did `done`: at rest, the new baseline (module
         docstring); during an operation or a maintenance nothing (their end sets or forgets it)."""
         self._power_sets += 1
+        who = f" ({done.requested_by})" if done.requested_by else ""
+        how = f"metalflow bmc power {self.state.host_id} {done.action}{who}"
+        self._mark_cleared(self.state.powered_on_by_hand(how, done.power_state, done.at))
         if self.state.current is not None or self.state.maintenance is not None:
             return
         self.state.power = after_power_set(self.state.power, done.power_state, done.at)
@@ -156,6 +160,14 @@ class PowerWatch(kernel.Runbook):
             done.power_state,
             done.at.isoformat(),
         )
+
+    def _mark_cleared(self, cleared: str) -> None:
+        """The OFF mark was cleared (`cleared`: its words; "" it was not): the memo entries `host
+        list` and a successor read, and the search attribute, at once."""
+        if cleared:
+            workflow.logger.info("%s: %s", self.state.host_id, cleared)
+            workflow.upsert_memo({names.LEFT_OFF_MEMO: None, names.CARRIED_MEMO: carried(self.state)})
+            upsert_changed([names.LEFT_OFF_BY.value_unset()])  # `host list` finds it no more
 
     def _operation_found(self, words: str) -> None:
         """An ended operation's reads found a power change nobody here made: status and memo."""
@@ -239,11 +251,7 @@ class PowerWatch(kernel.Runbook):
             upsert_changed([names.LEFT_OFF_BY.value_set(off)])
         elif doubt and self.state.maybe_off() is None:  # read, not Off: the doubt ends (`host list`)
             workflow.upsert_memo({names.MAYBE_OFF_MEMO: None})
-        cleared = self.state.read_at_rest(power.power_state, workflow.now())
-        if cleared:  # the memo entries `host list` and a successor read, at once
-            workflow.logger.info("%s: %s", host, cleared)
-            workflow.upsert_memo({names.LEFT_OFF_MEMO: None, names.CARRIED_MEMO: carried(self.state)})
-            upsert_changed([names.LEFT_OFF_BY.value_unset()])  # `host list` finds it no more
+        self._mark_cleared(self.state.read_at_rest(power.power_state, workflow.now()))
         self.state.power, words = after_reading(
             host, self.state.power, power.power_state, power.last_reset_time, workflow.now(), marks
         )

@@ -459,6 +459,17 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason, PowerDoub
         self._no_longer_off("the host read On at rest", now)
         return words
 
+    def powered_on_by_hand(self, how: str, power_state: str, at: datetime) -> str:
+        """`metalflow bmc power HOST on|cycle` saw the host `power_state` at `at` (signal
+        `power_set`; `how`: who, which command): On clears the mark of a run that left it OFF at
+        once, not at the watch's next reading (the WARNING's advice, done); an Off by `bmc power
+        off` is no run's OFF and marks nothing. The words of what it cleared ("" nothing)."""
+        if power_state != "On" or not self.left_off_by:
+            return ""
+        words = f"the host is On by {how}: no longer OFF as {self.left_off_by} left it"
+        self._no_longer_off(f"powered On by {how}", at)
+        return words
+
     def _no_longer_off(self, why: str, now: datetime | None = None) -> None:
         """The OFF mark cleared; the taken-over words naming it say so, and when (`now`;
         `no_longer_off`): without a time the line read as if the mark had never held."""
@@ -472,7 +483,8 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason, PowerDoub
         while the host is idle: `host status` warns of it and `host list` marks it (the memo entry
         `names.LEFT_OFF_MEMO`), from runs' words alone, no BMC read. Cleared by a run that says
         the host is on or reached a boot generation, not by any run's end (`finish`, `reached`),
-        and by a power watch reading the host On at rest (`read_at_rest`)."""
+        by a power watch reading the host On at rest (`read_at_rest`) and by `metalflow bmc power
+        HOST on` seeing it On (`powered_on_by_hand`)."""
         if self.current is None and self.left_off_by:
             return self.left_off_by
         return None
