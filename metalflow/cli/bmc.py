@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -303,6 +304,7 @@ handle_power.talks_to_temporal = True  # type: ignore[attr-defined]  # tells the
 
 def _tell_entity(args: argparse.Namespace, done: PowerSet) -> None:
     """Tell the host's entity what `bmc power` did (module docstring); a failure is said on stderr."""
+    from temporalio.runtime import Runtime, TelemetryConfig
     from temporalio.service import RPCError, RPCStatusCode
 
     from contracts import names
@@ -312,10 +314,15 @@ def _tell_entity(args: argparse.Namespace, done: PowerSet) -> None:
     done = done.model_copy(update={"requested_by": default_operator()})  # who: an OFF mark it clears says it
 
     async def tell() -> None:
+        # A runtime of its own, gone with this coroutine (below), not the SDK's default one, whose
+        # threads outlived the command and aborted the interpreter at its exit (`Fatal Python error:
+        # PyGILState_Release`, exit 134, most often after a connect that failed).
+        runtime = Runtime(telemetry=TelemetryConfig())
         async with asyncio.timeout(TELL_ENTITY_SECONDS):
             target = connection.resolve(args)
             if target.retry_seconds is None:  # a Temporal that is down is not waited for long here
                 target = dataclasses.replace(target, retry_seconds=TELL_ENTITY_RETRY_SECONDS)
+            target = dataclasses.replace(target, config={**target.config, "runtime": runtime})
             client = await connection.connect_to(target)
             await client.get_workflow_handle(names.host_workflow_id(args.host)).signal(POWER_SET_SIGNAL, done)
 
@@ -329,3 +336,4 @@ def _tell_entity(args: argparse.Namespace, done: PowerSet) -> None:
     except Exception as err:  # noqa: BLE001 - the power action is done; telling is a courtesy
         print(f"{untold} (Temporal not reached: {type(err).__name__}); its power watch may report it "
               "as unplanned power", file=sys.stderr)  # fmt: skip
+    gc.collect()  # the client and its runtime (a failure's traceback held them), while Python still runs
