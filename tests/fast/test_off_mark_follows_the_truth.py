@@ -95,7 +95,8 @@ def test_a_terminated_reprovision_says_which_dpus_it_had_deleted_and_its_power_c
     state replayed (the `status` query's `left`, one query) and its record says it. Before: only
     `terminated`."""
     left = (
-        f"Generation reached 3. Changed by this run: deleted {HOST}-dpu-0. Each DPU: {HOST}-dpu-0 deleted "
+        f"Boot generation 3 reached. Changed by this run: deleted {HOST}-dpu-0. "
+        f"Each DPU: {HOST}-dpu-0 deleted "
         f"(uid u-1), not seen recreated yet: DPF recreates it; {HOST}-dpu-1 not deleted (as it was). "
         "The host: power-cycled 1 time by this run"
     )
