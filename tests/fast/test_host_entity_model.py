@@ -20,8 +20,16 @@ holds automation back until an operator ends it, no automatic request is accepte
 the monitor asks nothing within its back-off unless resumed, saying it holds back (2); no
 request is accepted for a DPU DPF no longer has (3); a request awaiting approval can be withdrawn
 (4); an approval never starts the monitor's request whose DPUs are Ready again, and says why (5).
-Each check was seen to fail on a deliberately broken core (README, "Host invariants", and the
-report of issue 40's task i40u name the breaks). Derandomized: the same orders every run.
+
+Each check was seen to fail on a deliberately broken core (each break made, run, undone): the
+entity reading no power at an end that says none (`power_to_read`), `finish` not marking the
+host OFF, a later power-silent end wiping the doubt of an unread one (1: the hole this model
+found); the entity taking automatic requests while held (`refuse_automatic`), an operator's no
+holding nothing (`hold_after`), the monitor asking within its hold-back (`overdue`) (2); the
+entity taking a reprovision of a removed DPU (`refuse_if_removed`) (3); `host abort` not
+reaching a request awaiting approval (`what_abort_reaches`), `withdraw` refusing it
+(`to_withdraw`) (4); an approval not checking the monitor's reason (`reason_to_check`), `approve`
+not naming a withdrawn request (`nothing_awaits`) (5). Derandomized: the same orders every run.
 """
 
 from __future__ import annotations
