@@ -53,9 +53,10 @@ from workflows.parts.host_power import HOST_IS_OFF
 def found_off_unsaid(state: HostEntityState, power_state: str | None) -> list[str]:
     """Rule 1, after a run: the host idle and Off (`power_state`, as the world has it) is said so
     by its status: the run that left it OFF (`left_off_by`; its recorded outcome, while `recent`
-    holds it, says `is OFF`), or the outcome of the run whose end's read was not answered says it
-    `may be OFF`, the next reading at rest armed to mark it (`maybe_off_after`): no later run that
-    says nothing of the host's power (a withdrawal, an expiry, a removal) disarms it."""
+    holds it, says `is OFF`), or the run whose end's read was not answered, its outcome saying
+    `may be OFF` (`maybe_off_after`: `host status` and `host list` say it, and a reading at rest
+    decides): no later end that says nothing of the host's power (a withdrawal, an expiry, a
+    removal) ends that doubt (`power_doubt.py`)."""
     if state.current is not None or power_state != "Off":
         return []
     status, host = state.status(), state.host_id
@@ -65,8 +66,11 @@ def found_off_unsaid(state: HostEntityState, power_state: str | None) -> list[st
         if words and not any(HOST_IS_OFF in w or MAYBE_OFF in w for w in words):
             return [f"{host} marked OFF by {status.left_off_by}, whose outcome says neither: {words}"]
         return []
-    doubt = state.maybe_off_after
-    if doubt and any(r.workflow_id == doubt and MAYBE_OFF in r.outcome for r in status.recent):
+    doubt = status.maybe_off_after  # `host status` says the host may be OFF after that run
+    if doubt:
+        words = [r.outcome for r in status.recent if r.workflow_id == doubt]
+        if words and not any(MAYBE_OFF in w for w in words):
+            return [f"{host} said to be maybe OFF after {doubt}, whose outcome says nothing of it: {words}"]
         return []
     last = said[-1] if said else "no run recorded"
     return [f"{host} is Off and idle, and its status says nothing of it (last: {last})"]
