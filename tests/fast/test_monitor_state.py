@@ -519,3 +519,26 @@ def test_the_cli_shows_the_monitors_approved_request_running_as_its_entity_recor
     still = record.model_copy(update={"outcome": "awaiting-approval"})
     assert as_the_entity_says(state.status(), still) == state.status()
     assert as_the_entity_says(state.status(), None) == state.status()
+
+
+def test_an_operators_no_in_the_same_words_as_the_last_holds_the_monitor_back_again() -> None:
+    """The host model (tests/fast/test_host_entity_model.py) found it: the monitor skipped an end
+    told in the same words as the last one (`last_ended`, for an end told twice: the record read,
+    then the signal), so a second operator's no to a later request of its own, once its withdrawal
+    was refused (approved and started meanwhile), held nothing back. A new request of its own is
+    a new end to hear."""
+    state = monitor(MonitorPolicy(reprovision_after_seconds=60.0, hold_back_seconds=600.0))
+    state.observe(seen(("d0", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect")), T0)
+    asked_at = T0 + timedelta(minutes=1)
+    accepted = OwnerReprovisionResult(outcome="accepted", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(asked_at), accepted, asked_at)
+    no = HostFinished(host_id="h1", workflow_id="reprovision/h1", outcome="aborted by alice: debugging")
+    state.request_ended(no, asked_at)
+    again = asked_at + timedelta(minutes=11)  # the hold-back over: it asks again
+    waits = OwnerReprovisionResult(outcome="awaiting-approval", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(again), waits, again)
+    started = OwnerReprovisionResult(outcome="refused", message="reprovision/h1 was approved and started")
+    state.withdrawal_answered(("d0",), started)  # d0 Ready again: its withdrawal came too late
+    state.request_ended(no, again + timedelta(minutes=1))  # aborted again, in the same words
+    assert state.hold_back is not None and state.hold_back.since == again + timedelta(minutes=1)

@@ -359,6 +359,7 @@ class MonitorState(MonitorMemory):
         if answer.outcome == "gone":
             return outcome
         if answer.outcome in ("accepted", "awaiting-approval") and answer.workflow_id:
+            self.last_ended = ""  # a new request: its end is news, even in the last one's words
             self.asked = OwnRequest(
                 workflow_id=answer.workflow_id,
                 dpu_ids=tuple(sorted(d.dpu_id for d in due)),
