@@ -116,8 +116,8 @@ class SimulatedSite:
                 self.store,
                 options.state_dir,
                 host_ids,
-                self.bmcs.last_reset_times,
-                self.bmcs.restore_last_reset_times,
+                self.bmcs.kept_state,
+                self.bmcs.restore_kept,
             )
             if options.persist
             else None
@@ -167,6 +167,7 @@ class SimulatedSite:
         tls_port = tls._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.kube_url = f"https://127.0.0.1:{tls_port}"
         self._fill_endpoints()
+        self.bmcs.resume()  # a power transition the snapshot kept goes on, now that DPF listens
         self._write_state_files()
         if self.snapshots is not None:
             self.snapshots.start()

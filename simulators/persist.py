@@ -7,14 +7,18 @@ So with `--persist` the simulator writes `<state-dir>/sim-store.json` on shutdow
 `SNAPSHOT_SECONDS` while anything changed, and loads it at start, before its controllers sync.
 
 What is kept: every stored object (DPF and Grove objects, Secrets, namespaces), the resource
-version, and each BMC's `LastResetTime` (a real BMC's mark of its system's last reset survives
-the BMC's own restart, redfish BEHAVIOUR.md L1: a site that showed its restart as every host's
-reset made the product report resets nobody made). What is not: the BMCs' power logs and
-in-memory timers (a host comes back powered On; the DPF controller re-reads every object when it
+version, and what each BMC keeps across a restart (`simulators/redfish/keep.py`): its
+`LastResetTime`, a host's power state and a power transition in flight, a DPU's firmware
+(running, staged) and Arm state. Real BMCs keep them when the site's manager restarts (redfish
+BEHAVIOUR.md L1, L2): a site that came back with every host On and every DPU at its generated
+firmware made the product report power changes and resets nobody made. What is not: the BMCs'
+power logs, sessions, tasks and named faults (the DPF controller re-reads every object when it
 starts, as a real operator does after a restart). A kill -9 loses at most the last
 `SNAPSHOT_SECONDS` of changes.
 
-Cost: one JSON dump of the store per `SNAPSHOT_SECONDS` when it changed (a few kB per host).
+Cost: per `SNAPSHOT_SECONDS`, one read of every BMC's kept state (a small dict each) to compare,
+and one JSON dump of the store and that state only when either changed (a few kB per host); no
+write per request.
 """
 
 from __future__ import annotations
@@ -48,16 +52,16 @@ class StoreSnapshots:
         store: Store,
         state_dir: Path,
         host_ids: list[str],
-        marks: Callable[[], dict[str, str]] = dict,
-        restore_marks: Callable[[dict[str, str]], None] = lambda _: None,
+        kept: Callable[[], dict[str, dict[str, Any]]] = dict,
+        restore_kept: Callable[[dict[str, dict[str, Any]]], None] = lambda _: None,
     ) -> None:
-        """`marks` reads the BMCs' `LastResetTime`s to keep; `restore_marks` gives them back."""
+        """`kept` reads what the BMCs keep, by BMC id (`keep.py`); `restore_kept` gives it back."""
         self.store = store
         self.path = state_dir / SNAPSHOT_FILE
         self.host_ids = sorted(host_ids)
-        self.marks, self.restore_marks = marks, restore_marks
+        self.kept, self.restore_kept = kept, restore_kept
         self._saved_rv = -1
-        self._saved_marks: dict[str, str] = {}
+        self._saved_kept: dict[str, dict[str, Any]] = {}
         self._task: asyncio.Task[None] | None = None
 
     def load(self) -> int | None:
@@ -78,27 +82,31 @@ class StoreSnapshots:
                 f"not {', '.join(self.host_ids)}"
             )
         count = self.store.restore(data["store"])
-        self.restore_marks(dict(data.get("last_reset_times") or {}))  # none in an older snapshot
+        kept = data.get("bmcs")
+        if kept is None:  # an older snapshot kept the BMCs' LastResetTimes only
+            marks = dict(data.get("last_reset_times") or {})
+            kept = {bmc_id: {"last_reset_time": mark} for bmc_id, mark in marks.items()}
+        self.restore_kept(dict(kept))
         self._saved_rv = self.store.resource_version
-        self._saved_marks = self.marks()
+        self._saved_kept = self.kept()
         return count
 
     def save(self) -> None:
         """Write the snapshot (atomically: a crash mid-write leaves the previous one)."""
-        rv, marks = self.store.resource_version, self.marks()
+        rv, kept = self.store.resource_version, self.kept()
         data = {
             "format": FORMAT,
             "hosts": self.host_ids,
             "store": self.store.snapshot(),
-            "last_reset_times": marks,
+            "bmcs": kept,
         }
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
         os.replace(tmp, self.path)
-        self._saved_rv, self._saved_marks = rv, marks
+        self._saved_rv, self._saved_kept = rv, kept
 
     def start(self) -> None:
-        """Save every `SNAPSHOT_SECONDS` while the store changes."""
+        """Save every `SNAPSHOT_SECONDS` while the store or a BMC's kept state changes."""
         self._task = asyncio.create_task(self._every(), name="sim-snapshots")
 
     async def stop(self) -> None:
@@ -111,7 +119,7 @@ class StoreSnapshots:
     async def _every(self) -> None:
         while True:
             await asyncio.sleep(SNAPSHOT_SECONDS)
-            if self.store.resource_version != self._saved_rv or self.marks() != self._saved_marks:
+            if self.store.resource_version != self._saved_rv or self.kept() != self._saved_kept:
                 try:
                     self.save()
                 except OSError as err:  # a full disk must not stop the site; the next try may work

@@ -34,6 +34,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -44,6 +45,7 @@ from simulators.site import Site
 from simulators.timings import Timings
 from simulators.violations import Violations
 
+from . import keep
 from .dpu import DPUBMC, DPUResets, Firmware, system_power_state, system_status_state
 from .host import PROFILES, HostBMC
 from .load import LoadRecord
@@ -311,21 +313,27 @@ class BMCs:
         else:
             raise LookupError(f"unknown DPU BMC fault {fault!r}; one of paused, reset, no-powercycle")
 
-    def last_reset_times(self) -> dict[str, str]:
-        """Each BMC's `LastResetTime` (hosts and DPUs; a DPU not reset yet has none): the site's
-        snapshot keeps them (`simulators.persist`), as a real BMC keeps the mark of its system's
-        last reset across its own restart (BEHAVIOUR.md L1)."""
-        marks = {host_id: host.last_reset_time for host_id, host in self._hosts.items()}
-        marks |= {dpu_id: dpu.last_reset_time for dpu_id, dpu in self._dpus.items() if dpu.last_reset_time}
-        return marks
+    def kept_state(self) -> dict[str, dict[str, Any]]:
+        """What each BMC keeps across the simulator's restart, by BMC id (`keep.py`): the site's
+        snapshot saves it (`simulators.persist`), as a real BMC keeps its system's power state,
+        firmware and last reset mark when the site's manager restarts (BEHAVIOUR.md L1, L2)."""
+        kept = {host_id: keep.host_state(host) for host_id, host in self._hosts.items()}
+        return kept | {dpu_id: keep.dpu_state(dpu) for dpu_id, dpu in self._dpus.items()}
 
-    def restore_last_reset_times(self, marks: dict[str, str]) -> None:
-        """Take the marks a snapshot kept (ids the site no longer has are ignored)."""
-        for bmc_id, mark in marks.items():
+    def restore_kept(self, kept: dict[str, dict[str, Any]]) -> None:
+        """Take back what a snapshot kept (ids the site no longer has are ignored); a power
+        transition it kept resumes at `resume`."""
+        for bmc_id, state in kept.items():
             if bmc_id in self._hosts:
-                self._hosts[bmc_id].last_reset_time = mark
+                keep.restore_host(self._hosts[bmc_id], state)
             elif bmc_id in self._dpus:
-                self._dpus[bmc_id].last_reset_time = mark
+                keep.restore_dpu(self._dpus[bmc_id], state)
+
+    def resume(self) -> None:
+        """Resume the power transitions a snapshot kept (once the site's controllers listen)."""
+        for host in self._hosts.values():
+            if host.pending and host.timer is None:
+                self.power.resume(host)
 
     def bmc_ids(self) -> list[str]:
         return [*self._hosts, *self._dpus]

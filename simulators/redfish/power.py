@@ -173,6 +173,15 @@ class PowerControl:
         loop = asyncio.get_running_loop()
         host.timer = loop.call_later(self._leg_seconds(host), self._step, host)
 
+    def resume(self, host: HostBMC) -> None:
+        """Go on with a transition a restart kept (`keep.py`): `host.pending` set, no timer yet.
+        Not a new reset (no `on_reset`); its next leg takes a whole leg's time."""
+        if not host.profile.power_lag:
+            host.power = _INTERMEDIATE[host.pending[0]]
+        if self.on_change is not None:
+            self.on_change(host)
+        host.timer = asyncio.get_running_loop().call_later(self._leg_seconds(host), self._step, host)
+
     def _leg_seconds(self, host: HostBMC) -> float:
         """How long the next leg of a transition takes (a lagging BMC: how long it shows the old state)."""
         if not host.profile.power_lag:
