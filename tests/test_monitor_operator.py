@@ -241,6 +241,14 @@ async def test_monitor_status_shows_only_what_is_true_now(
             # what the monitor does now, not "automatic reprovision is off" (issue 40 item 5)
             assert "automatic reprovision is off" not in shown.stdout, shown.stdout
             assert f"or the approval of it (metalflow approve {host})" in shown.stdout, shown.stdout
+            # `host status` names that request in the DPU's WARNING, not "no operation runs"
+            # (issue 40, L4 of its last attack)
+            status = await metalflow(local_env, "host", "status", host)
+            warned = (
+                f"DPU node-{host}-device-{dpu} is Node Effect, not Ready; reprovision of {dpu} (reprovision/"
+                f"{host}, requested by {names.monitor_workflow_id(host)}) awaits approval: `metalflow approve"
+            )
+            assert warned in status.stdout and "no operation runs" not in status.stdout, status.stdout
             withdrawn = await metalflow(local_env, "host", "abort", host, "--by", "alice", *queue)
             assert withdrawn.status == 0, withdrawn.stderr
             held = await eventually(lambda: status_of(monitor), lambda s: s.hold_back is not None)
