@@ -292,6 +292,9 @@ async def test_monitor_status_says_the_approved_reprovision_runs(
             assert aborted.status == 0, aborted.stdout + aborted.stderr
             await eventually(lambda: entity_status(entity), lambda s: s.current is None)
     assert "awaits approval" not in shown.stdout and "the approval of it" not in shown.stdout, shown.stdout
+    # the degraded DPU's line too: its answer as of now (issue 40, L7); the history keeps what was told
+    [line] = [x for x in shown.stdout.splitlines() if x.startswith(f"    {dpu} ") and "; asked " in x]
+    assert f": approved by carol, running: reprovision/{host};" in line, shown.stdout
     assert f"  its request      reprovision/{host} of {dpu} runs (asked " in shown.stdout, shown.stdout
     assert f"the end of reprovision/{host} (approved by carol, running" in shown.stdout, shown.stdout
 
