@@ -108,3 +108,13 @@ def method_words(method: str) -> str:
     """How a host was rebooted, one spelling everywhere: a reboot's result says `bmc:ForceOff+On`
     (the BMC's, apart from `manual`); its own final details and a reset's line say `ForceOff+On`."""
     return method.removeprefix("bmc:")
+
+
+def left_out_words(left: dict[str, str]) -> str:
+    """DPUs a reset of every DPU left out because DPF no longer has them (DPU id to the removal
+    that took it out), in words ("" none), as the host's entity answers and the reset run says."""
+    if not left:
+        return ""
+    by = ", ".join(sorted(set(left.values())))
+    them = "them" if len(left) > 1 else "it"
+    return f"left out {', '.join(left)}: DPF no longer has {them} (removed by {by})"

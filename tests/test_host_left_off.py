@@ -363,6 +363,9 @@ async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_ta
                 f"its reboot {reboot}: manual-intervention-required: the host {host} is OFF" in status.stdout
             )
             assert f"metalflow host retry {host}" in status.stdout, status.stdout
+            # `host list` (visibility only) says it as a reboot's or a reset's own wait: it showed
+            # `power-cycling` alone (issue 40, L2 of its last attack)
+            row = await _listed_until(local_env, host, f" firmware/{host} manual-intervention-required")
 
             _fault(sim, host, "clear")
             retried = await _asked(local_env, task_queue, "bob@test", "host", "retry", host)
@@ -370,6 +373,20 @@ async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_ta
             shown = await _until(local_env, host, _ended, "ended the firmware run")
         assert shown["host"]["recent"][-1]["outcome"] == "completed", shown["host"]["recent"][-1]
         assert _power(sim, host)[-1] == ("On", "On")
+        assert row.split()[2:4] == ["running", "firmware"], row  # the entity: its operation runs
+
+
+async def _listed_until(env: WorkflowEnvironment, host: str, shows: str, seconds: float = 30) -> str:
+    """`metalflow host list`'s row of `host`, polled until it shows `shows` (the operation's
+    Phase is upserted in its own workflow task, after what its reboot said)."""
+    row = ""
+    for _ in range(int(seconds / 0.5)):
+        listed = await metalflow(env, "host", "list")
+        row = next((line for line in listed.stdout.splitlines() if line.startswith(f"{host} ")), "")
+        if shows in " ".join(row.split()):
+            return row
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"host list never showed {shows!r} for {host}: {row!r}")
 
 
 async def test_a_firmware_run_whose_reboot_waits_with_the_host_off_can_be_aborted(

@@ -7,7 +7,8 @@ every real workflow and activity and `metalflow` commands as a user runs them:
 - an operator's abort is sovereign: the monitor asks for no other reprovision of the host within
   its hold-back, says so in `host monitor --status`, and asks again once resumed;
 - no reprovision is accepted of a DPU DPF no longer has, whoever asks: after `host remove
-  --dpus`, the entity refuses the monitor's (and a script's), and the monitor stops asking.
+  --dpus`, the entity refuses the monitor's (and a script's), and the monitor stops asking; and
+  `host reset --all-dpus` resets the DPUs DPF still has, leaving the removed one out and saying so.
 
 The decisions themselves are tested one at a time in tests/fast (test_host_entity_state,
 test_monitor_state)."""
@@ -28,6 +29,7 @@ from dpf_activities_support import Api
 from monitor_support import STOP, start_monitor, status_of
 from sim_support import RunningSim, prefixed_sim
 from site_worker_support import FAST_POLICY, eventually, site_worker
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -52,7 +54,7 @@ SITE = "mop-site"
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("monitor-operator"), "mop", hosts=7) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("monitor-operator"), "mop", hosts=8) as running:
         use_site_file(running.site_file)
         yield running
 
@@ -239,6 +241,14 @@ async def test_monitor_status_shows_only_what_is_true_now(
             # what the monitor does now, not "automatic reprovision is off" (issue 40 item 5)
             assert "automatic reprovision is off" not in shown.stdout, shown.stdout
             assert f"or the approval of it (metalflow approve {host})" in shown.stdout, shown.stdout
+            # `host status` names that request in the DPU's WARNING, not "no operation runs"
+            # (issue 40, L4 of its last attack)
+            status = await metalflow(local_env, "host", "status", host)
+            warned = (
+                f"DPU node-{host}-device-{dpu} is Node Effect, not Ready; reprovision of {dpu} (reprovision/"
+                f"{host}, requested by {names.monitor_workflow_id(host)}) awaits approval: `metalflow approve"
+            )
+            assert warned in status.stdout and "no operation runs" not in status.stdout, status.stdout
             withdrawn = await metalflow(local_env, "host", "abort", host, "--by", "alice", *queue)
             assert withdrawn.status == 0, withdrawn.stderr
             held = await eventually(lambda: status_of(monitor), lambda s: s.hold_back is not None)
@@ -282,6 +292,9 @@ async def test_monitor_status_says_the_approved_reprovision_runs(
             assert aborted.status == 0, aborted.stdout + aborted.stderr
             await eventually(lambda: entity_status(entity), lambda s: s.current is None)
     assert "awaits approval" not in shown.stdout and "the approval of it" not in shown.stdout, shown.stdout
+    # the degraded DPU's line too: its answer as of now (issue 40, L7); the history keeps what was told
+    [line] = [x for x in shown.stdout.splitlines() if x.startswith(f"    {dpu} ") and "; asked " in x]
+    assert f": approved by carol, running: reprovision/{host};" in line, shown.stdout
     assert f"  its request      reprovision/{host} of {dpu} runs (asked " in shown.stdout, shown.stdout
     assert f"the end of reprovision/{host} (approved by carol, running" in shown.stdout, shown.stdout
 
@@ -406,3 +419,39 @@ async def test_no_reprovision_of_a_removed_dpu_is_accepted_and_the_monitor_stops
                 )
             assert str(refused.value) == refusal and refused.value.kind == "DPUsRemoved"
     assert sim.violations() == []
+
+
+async def test_a_reset_of_every_dpu_leaves_out_the_one_dpf_no_longer_has(
+    local_env: WorkflowEnvironment, client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    """L8 of issue 40's last attack: `host reset HOST --all-dpus` after `host remove HOST --dpus D`
+    sent ForceRestart to the removed D through its BMC."""
+    host, dpu = "mop-008", "mop-008-dpu-1"
+    queue = ("--task-queue", task_queue)
+    try:
+        async with site_worker(client, task_queue, sim):
+            removed = await metalflow(local_env, "host", "remove", host, "--dpus", dpu, "--wait", *queue)
+            assert removed.status == 0, removed.stdout + removed.stderr
+            reset = await metalflow(
+                local_env, "host", "reset", host, "--all-dpus", "--by", "bob", "--wait", *queue
+            )
+            assert reset.status == 0, reset.stdout + reset.stderr
+            # the run's final details (a query of the ended run, served by the worker's replay)
+            ended = await client.get_workflow_handle(f"reset/{host}").query(
+                "__temporal_workflow_metadata", result_type=WorkflowMetadata
+            )
+    finally:
+        with contextlib.suppress(RPCError):
+            await client.get_workflow_handle(names.host_workflow_id(host)).terminate("test over")
+    resets = {d: sim_dpu_bmc(sim, d)["resets"] for d in (f"{host}-dpu-0", dpu)}
+    assert resets == {f"{host}-dpu-0": {"ForceRestart": 1}, dpu: {}}, resets
+    left = f"left out {dpu}: DPF no longer has it (removed by remove/{host})"
+    assert f"started reset as reset/{host}; {left}" in reset.stdout, reset.stdout
+    assert ended.current_details == f"**completed**: {host}-dpu-0: ForceRestart; {left}", ended
+
+
+def sim_dpu_bmc(sim: RunningSim, dpu_id: str) -> dict[str, Any]:
+    response = httpx.get(f"{sim.url}/sim/dpu-bmcs/{dpu_id}", timeout=10)
+    response.raise_for_status()
+    found: dict[str, Any] = response.json()
+    return found

@@ -363,6 +363,7 @@ class HostResetInput(_Frozen):
     target: ResetTarget
     dpu_ids: tuple[str, ...] = ()  # resolved by the workflow for `all-dpus`/`both`
     full: bool = False
+    left_out: dict[str, str] = Field(default_factory=dict)  # removed DPUs (host/dpf_removed.py)
     requested_by: str = Field(min_length=1)
     reason: str = ""
     boot_generation: int = Field(default=0, ge=0)  # the host's reboots so far (a `host` target)

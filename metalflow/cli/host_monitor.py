@@ -239,9 +239,15 @@ def as_the_entity_says(status: HostMonitorStatus, current: OperationRecord | Non
         return status
     down = ", ".join(sorted(d.dpu_id for d in status.degraded)) or ", ".join(own.dpu_ids)
     by = f"approved by {current.approved_by}, " if current.approved_by else "approved, "
+    now = f"{by}running: {own.workflow_id}"  # each DPU's answer as of now, not "awaiting-approval"
+    degraded = [
+        d.model_copy(update={"reprovision_outcome": now}) if d.dpu_id in own.dpu_ids else d
+        for d in status.degraded
+    ]
     return status.model_copy(
         update={
             "own_request": own.model_copy(update={"awaiting_approval": False}),
+            "degraded": degraded,
             "waiting_for": f"the end of {own.workflow_id} ({by}running: it reprovisions {down}); "
             "nothing more is asked meanwhile",
         }
@@ -251,14 +257,22 @@ def as_the_entity_says(status: HostMonitorStatus, current: OperationRecord | Non
 def degraded_words(
     dpu: DegradedDPU, status: HostMonitorStatus, policy: MonitorPolicy | None, now: datetime | None = None
 ) -> str:
-    """A degraded DPU in words, in the order things happen: down since, what was asked and how it
-    ended, then what the monitor does next, as it will (`MonitorState.next_deadline`): nothing
-    more while its own request for the DPU awaits approval or runs; else it asks (again) at the
-    DPU's deadline, not before a hold-back in force ends. Automatic reprovision off: no next."""
-    words = f"since {_when(dpu.since)}"
+    """A degraded DPU in words, in the order things happen: since when it is in its phase now (its
+    phase named when no longer Node Effect: a reprovision recreated it) and what was asked with
+    the answer as of now (`as_the_entity_says`), earlier first; then what the monitor does next,
+    as it will (`MonitorState.next_deadline`): nothing more while its own request for the DPU
+    awaits approval or runs; else it asks (again) at the DPU's deadline, not before a hold-back
+    in force ends. Automatic reprovision off: no next. Issue 40: during an approved run it read
+    `since 00:37:26Z; asked 00:37:05Z: awaiting-approval` (the since, the deadline's restart at
+    the DPU's recreation, after the asking; the answer long past)."""
+    shown = next((d for d in status.dpus if d.dpu_id == dpu.dpu_id), None)
+    entered = shown.since if shown is not None else dpu.since  # into its phase now
+    phase = shown.phase if shown is not None and shown.phase != "Node Effect" else ""
+    steps = [(entered, f"{phase + ' ' if phase else ''}since {_when(entered)}")]
     asked = dpu.reprovision_asked_at
     if asked is not None:
-        words += f"; asked {_when(asked)}: {dpu.reprovision_outcome}"
+        steps.append((asked, f"asked {_when(asked)}: {dpu.reprovision_outcome}"))
+    words = "; ".join(said for _, said in sorted(steps, key=lambda step: step[0]))
     if policy is None or not policy.auto_reprovision:
         return words
     own = status.own_request

@@ -46,7 +46,7 @@ from contracts.models.monitor import HostMonitorStatus
 from contracts.validation import terminal_safe
 from contracts.wording import iso_z
 from metalflow.cli import exits, host_monitor
-from metalflow.cli.inventory_check import idle_dpu_warnings
+from metalflow.cli.inventory_check import awaiting_words, idle_dpu_warnings
 from metalflow.cli.workflow_commands import CommandError, ended_badly
 from metalflow.hosts import (
     QUERY_TIMEOUT,
@@ -114,7 +114,7 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     # power cycle leaves DPF waiting for a reboot): DPF is asked, and what needs a person is said.
     idle = status.current is None or status.current.outcome != "running"
     held = await reboot_waiting(client, args.host, status.boot_generation) if idle else ""
-    warnings = await idle_dpu_warnings(args.host, held) if idle else []
+    warnings = await idle_dpu_warnings(args.host, held, awaiting_words(status)) if idle else []
     if idle and status.left_off_by:  # a run's own words (workflows/parts/host_power.py): no BMC read here
         warnings.insert(
             0,

@@ -31,11 +31,13 @@ from contracts import names
 from contracts.dpf_presence import not_in_dpf
 from contracts.errors import InvalidInput, MetalflowError
 from contracts.models.dpf import DPUNODE_NAME_LABEL
+from contracts.models.host import HostStatus
 from contracts.models.inventory import HostInventory
 from drivers.inventory import Inventory, host_from_site
 from drivers.kube import DPU, Kube
 from drivers.settings import Settings
 from drivers.site_file import Site, SiteFileError, load_site
+from workflows.host.abort_rule import AWAITING_APPROVAL
 
 NEEDS_DPF_DPUS: Final = {
     # The operations that need DPF's DPU objects of the DPUs they name, and their verb.
@@ -161,11 +163,14 @@ def _unreadable(err: Exception, what: str) -> InventoryUnavailable:
     return kind(f"{what}: {reason}".splitlines()[0])
 
 
-def rebooting_words(dpu: str, host_id: str, held: str = "") -> str:
+def rebooting_words(dpu: str, host_id: str, held: str = "", awaiting: str = "") -> str:
     """The WARNING of a DPU `Rebooting` on an idle host, with the advice that works: `host
     reboot` (or `reprovision`) reboots the host and tells DPF; while a reboot run still waits for
     a person holding the next generation (`held`: `boot_generation.waits_for_a_person`'s words),
-    both would be refused behind it, so the advice is to end that run first."""
+    both would be refused behind it, so the advice is to end that run first. While a request
+    awaits approval (`awaiting`: `awaiting_words`), that request is what stands, and is named."""
+    if awaiting:
+        return f"DPU {dpu} is Rebooting: DPF waits for a reboot of {host_id}; {awaiting}"
     said = f"DPU {dpu} is Rebooting: DPF waits for a reboot of {host_id} and no operation runs to do it"
     if held:
         return (
@@ -178,12 +183,37 @@ def rebooting_words(dpu: str, host_id: str, held: str = "") -> str:
     )
 
 
-async def idle_dpu_warnings(host_id: str, held: str = "") -> list[str]:
+def awaiting_words(status: HostStatus) -> str:
+    """The request awaiting approval on the host (its entity's `status`), as a DPU WARNING names
+    it: no operation runs, but one is asked for, with both answers ("" when none awaits). Issue
+    40: the WARNING said "no operation runs" while the monitor's reprovision of that DPU awaited
+    approval."""
+    current, host = status.current, status.host_id
+    if current is None or current.outcome != AWAITING_APPROVAL:
+        return ""
+    named = status.awaiting.dpu_ids if status.awaiting is not None else None
+    of = f" of {', '.join(named)}" if named else ""
+    return (
+        f"{current.operation}{of} ({current.workflow_id}, requested by {current.requested_by}) awaits "
+        f"approval: `metalflow approve {host}` runs it, `metalflow host abort {host}` withdraws it"
+    )
+
+
+def not_ready_words(dpu: str, phase: str, host_id: str, awaiting: str = "") -> str:
+    """The WARNING of a DPU not `Ready` on a host where no operation runs; `awaiting`: the request
+    awaiting approval (`awaiting_words`), named instead of "no operation runs"."""
+    if awaiting:
+        return f"DPU {dpu} is {phase}, not Ready; {awaiting}"
+    return f"DPU {dpu} is {phase}, not Ready, and no operation runs on {host_id}"
+
+
+async def idle_dpu_warnings(host_id: str, held: str = "", awaiting: str = "") -> list[str]:
     """What DPF shows of an idle host's DPUs that needs a person: a DPU `Rebooting` with no
     operation to reboot the host (an aborted provision or reprovision left it so: DPF waits for a
     reboot nobody will do; `held`: a reboot run waiting for a person holds the next generation,
     `rebooting_words`), or any DPU not `Ready`. Empty when every DPU is Ready, or when the
-    inventory or the cluster cannot be read (status must not fail for it).
+    inventory or the cluster cannot be read (status must not fail for it). `awaiting`: the
+    request awaiting approval (`awaiting_words`; "": none), which each warning names.
 
     Cost: the inventory read and one list of the host's DPUs.
     """
@@ -206,7 +236,7 @@ async def idle_dpu_warnings(host_id: str, held: str = "") -> list[str]:
         phase = (item.get("status") or {}).get("phase") or "no phase yet"
         name = item["metadata"]["name"]
         if phase == "Rebooting":
-            warnings.append(rebooting_words(name, host_id, held))
+            warnings.append(rebooting_words(name, host_id, held, awaiting))
         elif phase != "Ready":
-            warnings.append(f"DPU {name} is {phase}, not Ready, and no operation runs on {host_id}")
+            warnings.append(not_ready_words(name, phase, host_id, awaiting))
     return warnings

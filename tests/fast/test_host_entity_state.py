@@ -377,6 +377,45 @@ def test_no_reset_is_accepted_of_a_dpu_its_removal_took_out_of_dpf() -> None:
         state.refuse_request(RESET, ResetRequest(requested_by="bob", target=ResetTarget.DPU, dpu_ids=(d0,)))
 
 
+def test_a_reset_of_every_dpu_leaves_out_those_dpf_no_longer_has() -> None:
+    """L8 of issue 40's last attack: `host reset HOST --all-dpus` after `host remove HOST --dpus D`
+    sent ForceRestart to D through its BMC. Every DPU now means the DPUs DPF still has: the reset
+    run is handed the removed ones to leave out, the entity's answer says so, and with the whole
+    node removed (none left) the request is refused."""
+    state = entity()
+    d1 = f"{HOST}-dpu-1"
+    every = ResetRequest(requested_by="bob", target=ResetTarget.ALL_DPUS)
+    assert state.left_out(every) == {} and state.left_out_said(every) == ""
+    ran(state, REMOVAL, OperationRequest(requested_by="alice", dpu_ids=(d1,)))
+    for target in (ResetTarget.ALL_DPUS, ResetTarget.BOTH):
+        request = ResetRequest(requested_by="bob", target=target)
+        current = asked(state, RESET, request)
+        child = state.child_input(current)
+        assert isinstance(child, HostResetInput) and child.left_out == {d1: f"remove/{HOST}"}
+        assert state.left_out_said(request) == (
+            f"; left out {d1}: DPF no longer has it (removed by remove/{HOST})"
+        )
+        state.started(current, T0)
+        state.finish(current, "completed", T0)
+    host_only = asked(state, RESET, ResetRequest(requested_by="bob", target=ResetTarget.HOST))
+    assert state.left_out_said(host_only.request) == ""
+    child = state.child_input(host_only)
+    assert isinstance(child, HostResetInput) and child.left_out == {}
+    state.started(host_only, T0)
+    state.finish(host_only, "completed", T0)
+    ran(state, REMOVAL, OperationRequest(requested_by="alice"))  # the whole DPU node: none is left
+    for target in (ResetTarget.ALL_DPUS, ResetTarget.BOTH):
+        with pytest.raises(DPUsRemoved) as refused:
+            state.refuse_request(RESET, ResetRequest(requested_by="bob", target=target))
+        assert refused.value.message == (
+            f"host {HOST}: DPF no longer has the DPU node of {HOST} (removed by remove/{HOST}); reset "
+            f"refused (bring it back with: metalflow host provision {HOST})"
+        )
+    state.refuse_request(RESET, ResetRequest(requested_by="bob", target=ResetTarget.HOST))
+    ran(state, PROVISION, OperationRequest(requested_by="alice"))  # all back in DPF
+    assert state.left_out(every) == {}
+
+
 def test_a_removal_aborted_after_its_first_delete_counts_its_dpus_as_removed() -> None:
     """A removal takes `host abort` in every phase (issue 40); aborted once a delete was sent, DPF
     finishes the delete, so the DPU is as removed as after a completed removal. Aborted before
@@ -640,11 +679,21 @@ class EntityRules(RuleBasedStateMachine):
         self.generation = 0
         self.approved_for: str | None = None  # the instance of the last explicit approval
 
-    @rule(kind=st.sampled_from(ENTITY_REQUESTS), skip_assigned=st.booleans())
-    def request(self, kind: Any, skip_assigned: bool) -> None:
+    @rule(
+        kind=st.sampled_from(ENTITY_REQUESTS),
+        skip_assigned=st.booleans(),
+        dpus=st.sampled_from([None, (f"{HOST}-dpu-0",), (f"{HOST}-dpu-1",)]),
+        aim=st.sampled_from(list(ResetTarget)),
+    )
+    def request(self, kind: Any, skip_assigned: bool, dpus: Any, aim: ResetTarget) -> None:
         before = self.state.current
         assert kind.request in EXAMPLES, f"add an example {kind.request.__name__} to EXAMPLES"
-        request = EXAMPLES[kind.request].model_copy(update={"refuse_if_assigned": skip_assigned})
+        update: dict[str, Any] = {"refuse_if_assigned": skip_assigned}
+        if kind.request in (OperationRequest, ResetRequest):  # removals of some DPUs, or of the node
+            update["dpu_ids"] = dpus
+        if kind.request is ResetRequest:
+            update["target"] = aim
+        request = EXAMPLES[kind.request].model_copy(update=update)
         try:
             current = asked(self.state, kind, request, self.now)
         except (HostBusy, InstanceConflict, DPUsRemoved) as refused:
@@ -656,6 +705,14 @@ class EntityRules(RuleBasedStateMachine):
         if kind is REPROVISION:  # never of a DPU a completed removal took out of DPF
             named = request.dpu_ids or tuple(removed)
             assert "" not in removed and not any(d in removed for d in named), (request, removed)
+        if kind is RESET and request.target == ResetTarget.DPU:  # nor a reset naming one
+            named = request.dpu_ids or tuple(removed)
+            assert "" not in removed and not any(d in removed for d in named), (request, removed)
+        if kind is RESET and request.target in (ResetTarget.ALL_DPUS, ResetTarget.BOTH):
+            # every DPU: those DPF still has; the removed ones handed to the run to leave out
+            child = self.state.child_input(current)
+            assert isinstance(child, HostResetInput), child
+            assert "" not in removed and child.left_out == removed, (request, removed)
         assert not (skip_assigned and self.state.instance is not None), "an assigned host was not skipped"
         if kind.approval and current.approved and self.state.instance is not None:
             # A disruptive request started at once on an assigned host: only inside the window an
@@ -707,6 +764,20 @@ class EntityRules(RuleBasedStateMachine):
         self.state.reached(reported)
         self.state.finish(current, "completed", self.now)
         assert self.state.current is None and self.state.recent[-1].workflow_id == current.record.workflow_id
+
+    @precondition(lambda self: self.state.current is None)
+    @rule(dpus=st.sampled_from([None, (f"{HOST}-dpu-0",), (f"{HOST}-dpu-1",)]))
+    def a_removal_completes(self, dpus: tuple[str, ...] | None) -> None:
+        """`host remove` of some DPUs (or the node) run to its end: what the DPF rules act on,
+        more often than a removal drawn among every request reaches it."""
+        removal = OperationRequest(requested_by="alice", dpu_ids=dpus)
+        current = asked(self.state, REMOVAL, removal, self.now)
+        if not current.approved:
+            self.state.approve("carol", self.now)
+            self.approved_for = self.state.instance
+        self.state.started(current, self.now)
+        self.state.finish(current, "completed", self.now)
+        assert all(d in self.state.removed_from_dpf for d in dpus or ("",))
 
     @rule(minutes=st.integers(min_value=1, max_value=20))
     def time_passes(self, minutes: int) -> None:

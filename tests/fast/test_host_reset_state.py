@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from contracts.models.host import ResetTarget
+from contracts.errors import DPUsRemoved, InvalidInput
+from contracts.models.host import HostResetInput, ResetTarget
+from contracts.models.inventory import BMCAccess, CredentialRef, DPUInventory, HostInventory
 from workflows.host_reset import state
 
 
@@ -79,3 +81,64 @@ def test_nothing_more_is_said_when_every_dpu_or_none_was_tried() -> None:
     chosen = ("h-dpu-0", "h-dpu-1")
     assert state.not_reset(chosen, set(chosen), {}) == ""
     assert state.not_reset(chosen, set(), {}) == ""  # the run's words say "nothing was reset"
+
+
+# -- every DPU: the DPUs DPF still has (issue 40, L8 of its last attack) ---------------------------
+
+H1 = "h1"
+
+
+def _inventory(*dpus: str) -> HostInventory:
+    bmc = BMCAccess(bmc_id="h1", endpoint="https://bmc.h1", credentials=CredentialRef(file="/c"))
+    return HostInventory(
+        host_id=H1,
+        site="s",
+        bmc=bmc,
+        dpus=tuple(
+            DPUInventory(
+                id=d,
+                model="BF3",
+                bmc=BMCAccess(bmc_id=d, endpoint=f"https://{d}", credentials=CredentialRef(file="/c")),
+            )
+            for d in dpus
+        ),
+    )
+
+
+def _reset(target: ResetTarget, left_out: dict[str, str] | None = None, **more: object) -> HostResetInput:
+    return HostResetInput(host_id=H1, target=target, requested_by="bob", left_out=left_out or {}, **more)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("target", [ResetTarget.ALL_DPUS, ResetTarget.BOTH])
+def test_every_dpu_leaves_out_those_dpf_no_longer_has(target: ResetTarget) -> None:
+    """`host reset --all-dpus` after `host remove --dpus d1` sent ForceRestart to d1 through its
+    BMC: every DPU is now the DPUs DPF still has, and the run's words name those left out."""
+    inventory = _inventory("d0", "d1", "d2")
+    gone = {"d1": "remove/h1"}
+    assert [d for d, _ in state.chosen_dpus(_reset(target, gone), inventory)] == ["d0", "d2"]
+    assert [d for d, _ in state.chosen_dpus(_reset(target), inventory)] == ["d0", "d1", "d2"]
+    assert state.left_out_said(_reset(target, gone), inventory) == (
+        "left out d1: DPF no longer has it (removed by remove/h1)"
+    )
+    assert state.left_out_said(_reset(target, gone), None) != ""  # an end before the inventory was read
+    assert state.left_out_said(_reset(target), inventory) == ""
+
+
+def test_every_dpu_with_none_left_in_dpf_is_refused_before_anything_is_sent() -> None:
+    gone = {"d0": "remove/h1", "d1": "remove/h1"}
+    with pytest.raises(DPUsRemoved) as refused:
+        state.chosen_dpus(_reset(ResetTarget.ALL_DPUS, gone), _inventory("d0", "d1"))
+    assert refused.value.message == (
+        "reset of h1 refused: DPF no longer has d0, d1 (removed by remove/h1) and h1 has no other DPU; "
+        "nothing was changed (bring them back with: metalflow host provision h1 --dpus d0,d1)"
+    )
+
+
+def test_named_dpus_and_bad_input_are_as_before() -> None:
+    inventory = _inventory("d0", "d1")
+    assert [d for d, _ in state.chosen_dpus(_reset(ResetTarget.DPU, dpu_ids=("d1",)), inventory)] == ["d1"]
+    assert state.chosen_dpus(_reset(ResetTarget.HOST), inventory) == []
+    with pytest.raises(InvalidInput, match="host h1 has no DPU d9 "):
+        state.chosen_dpus(_reset(ResetTarget.DPU, dpu_ids=("d9",)), inventory)
+    with pytest.raises(InvalidInput, match="name the DPUs"):
+        state.chosen_dpus(_reset(ResetTarget.ALL_DPUS), _inventory())

@@ -126,3 +126,38 @@ def test_an_idle_host_whose_last_end_left_its_power_unread_is_warned_of() -> Non
     held = status.model_copy(update={"maintenance": Maintenance(by="bob", reason="x", since=T0)})
     assert "reads it again once maintenance ends" in (maybe_off_warning(held) or "")
     assert maybe_off_warning(status.model_copy(update={"maybe_off_after": ""})) is None
+
+
+def test_a_dpu_warning_names_the_request_awaiting_approval_not_no_operation() -> None:
+    """L4 of issue 40's last attack: `host status` warned `DPU ... is Node Effect, not Ready, and no
+    operation runs on HOST` while the monitor's reprovision of that DPU awaited approval."""
+    from contracts.models.host import AwaitingRequest
+    from metalflow.cli.inventory_check import awaiting_words, not_ready_words, rebooting_words
+
+    asked = HELD.model_copy(
+        update={
+            "operation": "reprovision",
+            "workflow_id": "reprovision/host-002",
+            "requested_by": "monitor/h",
+        }
+    )
+    status = HostStatus(
+        host_id="host-002", instance="vm-7", boot_generation=0, current=asked, phase="awaiting-approval",
+        awaiting=AwaitingRequest(operation="reprovision", dpu_ids=("host-002-dpu-1",)),
+    )  # fmt: skip
+    awaiting = awaiting_words(status)
+    assert awaiting == (
+        "reprovision of host-002-dpu-1 (reprovision/host-002, requested by monitor/h) awaits approval: "
+        "`metalflow approve host-002` runs it, `metalflow host abort host-002` withdraws it"
+    )
+    dpu = "node-host-002-device-host-002-dpu-1"
+    assert not_ready_words(dpu, "Node Effect", "host-002", awaiting) == (
+        f"DPU {dpu} is Node Effect, not Ready; {awaiting}"
+    )
+    assert "no operation runs" not in rebooting_words(dpu, "host-002", "", awaiting)
+    # Nothing awaits approval (idle, or the operation runs): the words as before.
+    for current in (None, asked.model_copy(update={"outcome": "running"})):
+        assert awaiting_words(status.model_copy(update={"current": current, "awaiting": None})) == ""
+    assert not_ready_words(dpu, "Node Effect", "host-002") == (
+        f"DPU {dpu} is Node Effect, not Ready, and no operation runs on host-002"
+    )

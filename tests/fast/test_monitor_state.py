@@ -542,3 +542,32 @@ def test_an_operators_no_in_the_same_words_as_the_last_holds_the_monitor_back_ag
     state.withdrawal_answered(("d0",), started)  # d0 Ready again: its withdrawal came too late
     state.request_ended(no, again + timedelta(minutes=1))  # aborted again, in the same words
     assert state.hold_back is not None and state.hold_back.since == again + timedelta(minutes=1)
+
+
+def test_the_cli_says_a_degraded_dpus_request_as_of_now_in_the_order_things_happened() -> None:
+    """L7 of issue 40's last attack: during an approved run `host monitor --status` read `HOST-dpu-0
+    since 00:37:26Z; asked 00:37:05Z: awaiting-approval`: "since" was the deadline's restart at
+    the DPU's recreation, after the asking, and the answer was long past. Now the DPU's line says
+    since when it is in its phase now (named when no longer Node Effect), the request's state as
+    its entity records it now, earlier first."""
+    from contracts.models.host import OperationRecord
+    from metalflow.cli.host_monitor import as_the_entity_says, render_monitor
+
+    policy = MonitorPolicy(reprovision_after_seconds=60.0)
+    state = monitor(policy)
+    state.observe(seen(("d0", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect")), T0)
+    asked_at, recreated = T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)
+    awaiting = OwnerReprovisionResult(outcome="awaiting-approval", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(asked_at), awaiting, asked_at)
+    state.observe(seen(("d0", "Initializing"), uid="v2"), recreated)  # approved: deleted, recreated
+    running = OperationRecord(
+        operation="reprovision", workflow_id="reprovision/h1", requested_by="monitor/host-h1",
+        outcome="running", approved_by="carol",
+    )  # fmt: skip
+    shown = render_monitor(as_the_entity_says(state.status(), running), policy, now=recreated)
+    [line] = [x for x in shown.splitlines() if x.startswith("    d0 ") and "asked" in x]
+    assert line.split(maxsplit=1)[1] == (
+        "asked 2026-11-27T03:01:00Z: approved by carol, running: reprovision/h1; Initializing since "
+        "2026-11-27T03:02:00Z; nothing more asked while reprovision/h1 runs"
+    ), line

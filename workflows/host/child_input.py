@@ -37,8 +37,11 @@ def child_input(
     generation: int,
     power_before: PowerAtRest | None,
     default_policy: OperationPolicy,
+    *,
+    left_out: dict[str, str] | None = None,
 ) -> BaseModel:
-    """The input of the operation's child, from its request and what the entity knows."""
+    """The input of the operation's child, from its request and what the entity knows
+    (`left_out`: the DPUs a reset of every DPU leaves out, DPF no longer having them)."""
     request, operation, requested_by = current.request, current.record.operation, current.request.requested_by
     if isinstance(request, ResetRequest):
         return HostResetInput(
@@ -46,6 +49,7 @@ def child_input(
             target=request.target,
             dpu_ids=request.dpu_ids or (),
             full=request.full,
+            left_out=left_out or {},
             requested_by=requested_by,
             reason=request.reason,
             boot_generation=generation,

@@ -33,7 +33,6 @@ from pydantic import BaseModel, PrivateAttr
 
 from contracts import names
 from contracts.errors import (
-    DPUsRemoved,
     HostBusy,
     InMaintenance,
     InstanceConflict,
@@ -57,6 +56,7 @@ from contracts.models.host import (
     WithdrawRequest,
 )
 from contracts.wording import iso_z
+from workflows.host import dpf_removed
 from workflows.host.abort_rule import AWAITING_APPROVAL
 from workflows.host.approval_reason import ApprovalReason
 from workflows.host.automation_hold import automatic, hold_after, refuse_automatic, released
@@ -119,31 +119,23 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason, PowerDoub
             )
 
     def refuse_if_removed(self, operation: str, request: EntityRequestBody) -> None:
-        """No reprovision of a DPU DPF no longer has, whoever asks (the CLI, the monitor, a
-        campaign, a script): a reprovision deletes the DPU for DPF to recreate, and a DPU a removal
-        took off the DPUNode is never recreated, so the operation would wait for a hold that never
-        comes. Known here: what this entity's completed removals took out (`removed_from_dpf`),
-        until a provision brings it back. Every DPU when the request names none. A reset of DPUs
-        it names (`host reset --dpu`) is refused alike (issue 40: it was accepted and
-        reset a DPU DPF no longer has): no request for a DPU DPF no longer has, whoever asks."""
-        named_reset = isinstance(request, ResetRequest) and request.target == "dpu"
-        if (operation != names.REPROVISION and not named_reset) or not self.removed_from_dpf:
-            return
-        node, gone = self.removed_from_dpf.get(""), []
-        if node is not None:
-            what, by, dpus = f"the DPU node of {self.host_id}", node, ""
-        else:
-            named = request.dpu_ids or sorted(self.removed_from_dpf)
-            gone = [d for d in named if d in self.removed_from_dpf]
-            if not gone:
-                return
-            what, dpus = ", ".join(gone), f" --dpus {','.join(gone)}"
-            by = ", ".join(sorted({self.removed_from_dpf[d] for d in gone}))
-        raise DPUsRemoved(
-            f"host {self.host_id}: DPF no longer has {what} (removed by {by}); {operation} refused "
-            f"(bring it back with: metalflow host provision {self.host_id}{dpus})",
-            {"dpu_ids": gone},  # empty: the whole node (every DPU named)
-        )
+        """No request for a DPU DPF no longer has, whoever asks (the CLI, the monitor, a campaign,
+        a script): a reprovision of one, a reset naming one, a reset of every DPU once the whole
+        node was removed (`dpf_removed.refusal`). Known here: what this entity's completed
+        removals took out (`removed_from_dpf`), until a provision brings it back. A reset of
+        every DPU leaves the removed ones out (`left_out`)."""
+        refused = dpf_removed.refusal(self.host_id, self.removed_from_dpf, operation, request)
+        if refused is not None:
+            raise refused
+
+    def left_out(self, request: EntityRequestBody) -> dict[str, str]:
+        """The DPUs a reset of every DPU leaves out, DPF no longer having them (`dpf_removed`)."""
+        return dpf_removed.left_out(self.removed_from_dpf, request)
+
+    def left_out_said(self, request: EntityRequestBody) -> str:
+        """What the entity's answer adds for them ("" none): "; left out D: DPF no longer has it ..."."""
+        words = dpf_removed.left_out_words(self.left_out(request))
+        return f"; {words}" if words else ""
 
     def refuse_if_busy(self, operation: str) -> None:
         """Refused while another operation runs or awaits approval, naming it."""
@@ -325,7 +317,12 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason, PowerDoub
         """The input of the operation's child, from its request and what the entity knows
         (`child_input.child_input`)."""
         return child_input(
-            current, self.host_id, self.boot_generation, baseline(self.power), self._start.policy
+            current,
+            self.host_id,
+            self.boot_generation,
+            baseline(self.power),
+            self._start.policy,
+            left_out=self.left_out(current.request),
         )
 
     def starting(self, current: PendingOperation) -> None:

@@ -343,6 +343,7 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
             # again: the validator may have run before another handler
             self.state.refuse_request(kind, request)
             current = self.state.record_request(kind, request, workflow.now())
+            left = self.state.left_out_said(request)  # "; left out D: DPF no longer has it ..."
             if self.state.needs_approval(kind, workflow.now()):
                 self._show_phase()
                 host, instance = self.state.host_id, self.state.instance
@@ -350,12 +351,14 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
                     workflow_id=current.record.workflow_id,
                     awaiting_approval=True,
                     message=f"{kind.operation} of {host} awaits approval: the host is assigned "
-                    f"to instance {instance} (approve with: metalflow approve {host})",
+                    f"to instance {instance} (approve with: metalflow approve {host}){left}",
                 )
             self.state.approve_at_once(current)
             await self._start(current)
             started = current.record.workflow_id  # a reboot's generation is known once started
-            return OperationAccepted(workflow_id=started, message=f"started {kind.operation} as {started}")
+            return OperationAccepted(
+                workflow_id=started, message=f"started {kind.operation} as {started}{left}"
+            )
 
     # -- each operation as a child workflow -----------------------------------------------------
 

@@ -85,6 +85,7 @@ class PowerSteps(kernel.Abortable):
     # The host's LastResetTime as the last power step read it, moved by that step (the result's
     # `last_reset_time`, the entity's baseline at rest); None: unknown, or an On by another actor.
     _last_reset: datetime | None
+    _told_off: bool  # its caller was told it waits for a person with the host OFF
 
     async def _force_off_then_on(self, inventory: HostInventory) -> Power:
         self._power.turned_off(f"ForceOff of its reboot to generation {self._request.boot_generation}")
@@ -191,6 +192,17 @@ class PowerSteps(kernel.Abortable):
             self.show(power_down_words(host, off_since, on_at, read, watched))
         return None
 
+    async def _tell_parent_of_person(self) -> None:
+        """Its wait for a person, told to a caller that listens (`tell_parent`: a firmware run,
+        whose reboot waits for a person itself) when the host is OFF (manual-intervention-required:
+        the caller's Phase says it, so `host list` shows it as a reboot's or a reset's own; issue
+        40), and once more when a failed retry left it waiting with the host on (the caller's
+        Phase is its own again). A manual reboot's wait, the host never off by us, tells nothing.
+        Cost: one signal per such change (+5 events here, +4 there)."""
+        told, self._told_off = self._told_off, self._power.is_off
+        if told or self._told_off:
+            await self._tell_parent(self.details)
+
     async def _tell_parent(self, details: str) -> None:
         """A caller that listens (`tell_parent`) hears what this reboot waits for now, for its own
         current details (`parts/reboot_rounds.py`: one signal per wait, its cost). Only words: a
@@ -203,7 +215,7 @@ class PowerSteps(kernel.Abortable):
             caller = workflow.get_external_workflow_handle(parent.workflow_id, run_id=parent.run_id)
             await caller.signal(ITS_REBOOT_NOW_SIGNAL, now)
         except Exception as err:  # noqa: BLE001 - words for the caller's page, never this reboot's end
-            workflow.logger.info("%s not told of the power-down wait: %s", parent.workflow_id, err)
+            workflow.logger.info("%s not told of %s: %s", parent.workflow_id, self.phase, err)
 
     async def _read_during_wait(self, inventory: HostInventory, *, bound: float) -> str:
         """One bounded `read_power_state` during the power-down wait: its PowerState, or "" when it

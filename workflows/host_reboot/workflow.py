@@ -140,6 +140,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         self._why = ""  # what the BMC did on the last retry that failed
         self._unplanned = ""  # another actor turned the host On during our power-down: in words
         self._last_reset = None  # LastResetTime as the last power step read it (`PowerSteps`)
+        self._told_off = False  # its caller was told it waits for a person, the host OFF
         # A reboot the host's entity started (`host reboot`), or one started alone, is an
         # operation; a reboot round of another (its parent a reprovision, a firmware update or a
         # reset) is that operation's step, not counted apart.
@@ -486,6 +487,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
                     f"{why}; reboot {host} and send the signal `{HOST_REBOOTED_SIGNAL}` "
                     f"(`metalflow host-rebooted {host}`){retry}",
                 )
+            await self._tell_parent_of_person()  # the host OFF: its caller's Phase says it
             try:
                 await self.wait(lambda: self._confirmation is not None or self._retry is not None)
             except OperationAborted:

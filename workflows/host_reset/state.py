@@ -24,8 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from contracts.models.host import ResetTarget
+from contracts.errors import DPUsRemoved, InvalidInput
+from contracts.models.host import HostResetInput, ResetTarget
+from contracts.models.inventory import BMCAccess, HostInventory
 from contracts.models.redfish import DPUResetType
+from contracts.wording import left_out_words
 
 # The Arm-and-NIC sequence (`--full`, `--both`), step by step, in the order the workflow runs it.
 FULL_SEQUENCE: tuple[str, ...] = (
@@ -91,3 +94,42 @@ def reset_failed(reset_type: DPUResetType, error_type: str | None) -> str:
     if error_type is None:
         return f"its {reset_type} was stopped in flight: it may have been sent"
     return f"its {reset_type} failed: {error_type}"
+
+
+def chosen_dpus(request: HostResetInput, inventory: HostInventory) -> list[tuple[str, BMCAccess]]:
+    """The DPUs the reset acts on, each with its BMC; or the refusal, before anything is sent.
+    `--dpu` names them; every DPU (`--all-dpus`, `--both`) means the DPUs DPF still has: the
+    inventory's, less those the entity's removals took out (`request.left_out`, issue 40: they
+    were reset as well), and refused (`DPUsRemoved`) when none is left."""
+    if request.target == ResetTarget.HOST:
+        return []
+    host, known = inventory.host_id, {d.id: d for d in inventory.dpus}
+    if request.target == ResetTarget.DPU:
+        wanted = request.dpu_ids
+    else:
+        wanted = tuple(d for d in known if d not in request.left_out)
+        gone = {d: by for d, by in request.left_out.items() if d in known}
+        if known and not wanted:
+            dpus, by = ",".join(gone), ", ".join(sorted(set(gone.values())))
+            raise DPUsRemoved(
+                f"reset of {host} refused: DPF no longer has {', '.join(gone)} (removed by {by}) and "
+                f"{host} has no other DPU; nothing was changed (bring them back with: metalflow host "
+                f"provision {host} --dpus {dpus})",
+                {"dpu_ids": list(gone)},
+            )
+    if not wanted:
+        raise InvalidInput(f"reset of host {host}: name the DPUs (it has {', '.join(known) or 'none'})")
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        raise InvalidInput(f"host {host} has no DPU {', '.join(unknown)} (it has {', '.join(known)})")
+    without = [d for d in wanted if known[d].bmc is None]
+    if without:
+        raise InvalidInput(f"DPU {', '.join(without)} of host {host} has no BMC to reset it through")
+    return [(d, bmc) for d in wanted if (bmc := known[d].bmc) is not None]
+
+
+def left_out_said(request: HostResetInput, inventory: HostInventory | None) -> str:
+    """The DPUs every-DPU reset left out, in words for its details and end ("" none): those the
+    inventory lists (all of them before it was read)."""
+    known = {d.id for d in inventory.dpus} if inventory is not None else set(request.left_out)
+    return left_out_words({d: by for d, by in request.left_out.items() if d in known})

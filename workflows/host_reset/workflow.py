@@ -109,7 +109,6 @@ with workflow.unsafe.imports_passed_through():
         DPUResetNotEffective,
         HostBusy,
         HostLeftOff,
-        InvalidInput,
         ResetTypeNotSupported,
         first_application_error,
     )
@@ -204,7 +203,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(RESET_OPERATION)]
         )
         inventory = await self._resolve()
-        dpus = self._chosen_dpus(inventory)
+        dpus = sequence.chosen_dpus(request, inventory)  # every DPU: those DPF still has
         self._chosen = tuple(dpu_id for dpu_id, _ in dpus)
         await self._refuse_while_installing(inventory)
         if request.target == ResetTarget.HOST:
@@ -216,7 +215,10 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
                 await self._full_reset(inventory, dpus)
             else:
                 await self._arm_resets(dpus, states)
-        await self.finish(COMPLETED, "; ".join(self._resets) or "nothing to reset")
+        left = sequence.left_out_said(request, inventory)  # DPUs DPF no longer has, not reset
+        await self.finish(
+            COMPLETED, "; ".join([*self._resets, *([left] if left else [])]) or "nothing to reset"
+        )
         return HostResetResult(
             host_id=request.host_id,
             target=request.target.value,
@@ -266,28 +268,6 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
         self._inventory = inventory
         return inventory
 
-    def _chosen_dpus(self, inventory: HostInventory) -> list[tuple[str, BMCAccess]]:
-        request = self._request
-        if request.target == ResetTarget.HOST:
-            return []
-        known = {d.id: d for d in inventory.dpus}
-        wanted = request.dpu_ids if request.target == ResetTarget.DPU else tuple(known)
-        if not wanted:
-            raise InvalidInput(
-                f"reset of host {inventory.host_id}: name the DPUs (it has {', '.join(known) or 'none'})"
-            )
-        unknown = sorted(set(wanted) - set(known))
-        if unknown:
-            raise InvalidInput(
-                f"host {inventory.host_id} has no DPU {', '.join(unknown)} (it has {', '.join(known)})"
-            )
-        without = [d for d in wanted if known[d].bmc is None]
-        if without:
-            raise InvalidInput(
-                f"DPU {', '.join(without)} of host {inventory.host_id} has no BMC to reset it through"
-            )
-        return [(d, bmc) for d in wanted if (bmc := known[d].bmc) is not None]
-
     async def _refuse_while_installing(self, inventory: HostInventory) -> None:
         self.enter(
             CHECKING_DPF, f"DPF's state of the DPUs of {inventory.host_id} (no reset while one installs)"
@@ -309,7 +289,12 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
     ) -> dict[str, DPUSystemState]:
         """Read each DPU's System; refuse (`ResetTypeNotSupported`, nothing sent) when a DPU's BMC
         does not take the reset type the sequence needs (`state.refusal`)."""
-        self.enter(CHECKING_DPU_BMCS, f"the reset types the BMCs of the DPUs of {inventory.host_id} take")
+        left = sequence.left_out_said(self._request, inventory)  # said from the first DPU step on
+        self.enter(
+            CHECKING_DPU_BMCS,
+            f"the reset types the BMCs of the DPUs of {inventory.host_id} take"
+            + (f" ({left})" if left else ""),
+        )
         states: dict[str, DPUSystemState] = {}
         for dpu_id, bmc in dpus:
             states[dpu_id] = await self.call(
@@ -504,8 +489,9 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
                 workflow.logger.warning("the reboot after the cancel failed: %s", failed.cause)
         done = "; ".join(self._resets) or "nothing was reset"
         undone = sequence.not_reset(self._chosen, self._dpus_reset, self._dpus_failed)
-        if undone:
-            done = f"{done}; {undone}"
+        left = sequence.left_out_said(self._request, self._inventory)
+        for words in (undone, left):
+            done = f"{done}; {words}" if words else done
         return f"Done: {done}; {self._power.left()}"
 
     def aborted_result(self, err: BaseException) -> HostResetResult:

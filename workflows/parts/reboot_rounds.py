@@ -80,7 +80,12 @@ with workflow.unsafe.imports_passed_through():
     from contracts.errors import BMCRebootFailed, HostBusy, InvalidInput, OperationAborted
     from contracts.models.bmc_lease import RebootRunInput, RebootRunSeen
     from contracts.models.control import OperatorRequest
-    from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult
+    from contracts.models.host import (
+        HOST_REBOOTED_SIGNAL,
+        MANUAL_INTERVENTION_REQUIRED,
+        HostRebootInput,
+        HostRebootResult,
+    )
     from contracts.models.power_watch import ITS_REBOOT_NOW_SIGNAL, PowerAtRest, RebootNow
     from contracts.wording import with_its_reboot
     from workflows import kernel
@@ -164,6 +169,7 @@ class RebootRounds:
         self._generation = 0
         self._abandoned = False
         self._stopped: RebootOutcome | None = None  # a reboot stopped by an interrupted wait
+        self._shown_phase: str | None = None  # the reboot's phase the caller's Phase shows (`heard`)
 
     @property
     def child(self) -> RebootChild | None:
@@ -219,6 +225,7 @@ class RebootRounds:
         assert self._child is None, "a reboot is in flight already"
         request, self._power_before = with_reading(request, self._power_before), None
         self._last_reset = None  # until this reboot ends with its result
+        self._shown_phase = None  # the caller's last phase entered showed since (`heard`)
         request = request.model_copy(update={"tell_parent": True})  # `heard` takes its wait's words
         self._child, self._generation = await start_next_reboot(
             request,
@@ -233,11 +240,21 @@ class RebootRounds:
     def heard(self, now: RebootNow) -> None:
         """The reboot in flight says what it waits for now: the caller's current details say it
         after its own, as `host status` does (`metalflow.hosts.with_its_reboot`), until its next
-        phase or details replace them. Words of a reboot no longer in flight are dropped."""
+        phase or details replace them. Words of a reboot no longer in flight are dropped.
+
+        A reboot waiting for a person with the host OFF (manual-intervention-required: a firmware
+        run's, which waits itself) puts the caller's `Phase` search attribute there too, until it
+        says it waits otherwise or the caller enters its next phase: `host list` reads only
+        visibility, and showed `power-cycling` alone (issue 40). The caller's own phase (its
+        `status`, what routes `abort` and `retry` to the reboot) stays."""
         if self._child is None or now.reboot_id != self._child.id:
             return
         own = self._runbook
         kernel.set_details(own.phase, with_its_reboot(own.details, now.reboot_id, now.phase, now.details))
+        shown = now.phase if now.phase == MANUAL_INTERVENTION_REQUIRED else own.phase
+        if shown != own.phase or self._shown_phase is not None:
+            self._shown_phase = shown if shown != own.phase else None
+            kernel.upsert_changed([names.PHASE.value_set(shown)])
 
     async def wait(self, *, abortable: bool = True) -> RebootOutcome:
         """Wait until the reboot in flight ends: its outcome, or its failure raised as the
