@@ -168,7 +168,14 @@ async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host
             shown = await _until(local_env, host, _ended, "ended the reset")
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert outcome.startswith("failed: BMC") and " 401 " in outcome, outcome  # the cause, in words
-        assert outcome.endswith("Done: nothing was reset; the host is on"), outcome
+        # Issue 40 (attack M2): before, `Done: nothing was reset; the host is on` after the host's
+        # ForceOff and On (a power cycle, its generation reached): now the words say so, and what
+        # it did to the DPUs (their Arm rebooted with it, none reset).
+        cycled = f"Done: host {host} power-cycled (this run's ForceOff, then On): generation 1 reached"
+        assert cycled in outcome and "rebooted each DPU's Arm" in outcome, outcome
+        assert f"not reset: {host}-dpu-0 (not reached: the reset ended first)" in outcome, outcome
+        assert outcome.endswith("; the host is on") and "nothing was reset" not in outcome, outcome
+        assert shown["host"]["boot_generation"] == 1, shown["host"]
         assert _power(sim, host)[-1] == ("On", "On")
 
 
