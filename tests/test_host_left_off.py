@@ -425,7 +425,7 @@ async def test_a_firmware_run_cancelled_while_its_reboot_waits_with_the_host_off
         assert described.status is not None and described.status.name != "RUNNING", described.status
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert outcome.startswith("failed: HostLeftOff: cancelled (the workflow was cancelled). "), outcome
-        assert f"ended with the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert f"ended, and the host {host} is OFF: metalflow turned it off" in outcome, outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
         row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
         assert " idle (host OFF) " in row, listed.stdout
@@ -553,7 +553,7 @@ async def test_a_reprovision_ended_while_its_reboot_left_the_host_off_says_the_h
         begins = "aborted by bob@test: " if how == "abort" else "failed: HostLeftOff: cancelled "
         assert outcome.startswith(begins), outcome
         assert "Changed by this run: " in outcome, outcome
-        assert f"its reboot ended with the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert f"its reboot ended, and the host {host} is OFF: metalflow turned it off" in outcome, outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
         row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
         assert " idle (host OFF) " in row, listed.stdout

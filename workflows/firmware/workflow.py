@@ -105,7 +105,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, bounded, options
     from workflows.parts import reboot_rounds
     from workflows.parts.dpf_watch import DPFWatch
-    from workflows.parts.host_power import HOST_IS_OFF
+    from workflows.parts.host_power import HOST_IS_OFF, ended_off
     from workflows.parts.reboot_rounds import ABANDON, RebootChild, RebootRounds, reached_by_abort
     from workflows.parts.site_check_said import SiteCheckSaid
 
@@ -152,7 +152,7 @@ class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abort
         if isinstance(err, asyncio.CancelledError | CancelledError):
             await self._cancel_the_reboot()
         if self._left_off:
-            left += f"; its power cycle to generation {self._generation} ended with {self._left_off}"
+            left += f"; {ended_off(f'its power cycle to generation {self._generation}', self._left_off)}"
         elif self._power_cycle_started and HOST_IS_OFF in cause_in_words(err):
             left += f"; its power cycle to generation {self._generation} ended with the host OFF"
         elif self._cycled_to is not None:
