@@ -581,6 +581,11 @@ async def test_a_reboot_cancelled_with_the_host_off_powers_it_on_once_the_bmc_ta
         # generation 1's number).
         assert ended["boot_generation"] == 1 and ended["method"] == "bmc:ForceOff+On (On sent by its cancel)"
         assert shown["host"]["boot_generation"] == 1, shown["host"]
+        # Attack L6: before, the host's record read `completed`, the cancel unsaid.
+        assert shown["host"]["recent"][-1]["outcome"] == (
+            "completed (cancelled in Temporal after its ForceOff; its cancel sent On: power-cycled to "
+            "generation 1)"
+        ), shown["host"]["recent"][-1]
 
 
 async def test_a_reboot_cancelled_with_the_host_off_and_the_bmc_still_refusing_says_the_host_is_off(

@@ -214,6 +214,7 @@ class OperationEnd(_Frozen):
     # A removal aborted after its first delete: DPF finishes the deletes sent, so the entity
     # records the DPUs as removed, as after a completed removal (workflows/removal/workflow.py).
     deletes_sent: bool = False
+    cancelled: str = ""  # cancelled in Temporal yet completed (a reboot's cancel sent On), in words
 
 
 class HostOperationResult(OperationEnd):
