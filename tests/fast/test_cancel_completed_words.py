@@ -40,7 +40,8 @@ def test_the_hosts_record_says_the_reboot_was_cancelled_and_completed_by_its_can
     )  # fmt: skip
     outcome = ended_as(result)
     assert outcome == (
-        "completed (cancelled in Temporal after its ForceOff; its cancel sent On: power-cycled to generation 5)"
+        "completed (cancelled in Temporal after its ForceOff; its cancel sent On: "
+        "power-cycled to generation 5)"
     )
     # Still a completed operation to the entity: the host's power after it is On (no read owed).
     assert is_completed(outcome) and left_by_operation(outcome, cycled=True) == "On"

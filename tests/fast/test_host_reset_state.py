@@ -89,7 +89,8 @@ def test_an_early_end_after_the_hosts_power_cycle_says_the_host_was_power_cycled
     chosen = ("h-dpu-0", "h-dpu-1")
     undone = state.not_reset(chosen, set(), {}, host_cycled=True)
     assert undone == (
-        "not reset: h-dpu-0 (not reached: the reset ended first), h-dpu-1 (not reached: the reset ended first)"
+        "not reset: h-dpu-0 (not reached: the reset ended first), "
+        "h-dpu-1 (not reached: the reset ended first)"
     )
     done = state.done_words("h", (), undone, 5)
     assert done.startswith("host h power-cycled (this run's ForceOff, then On): generation 5 reached, ")
