@@ -117,7 +117,14 @@ async def test_a_full_reset_whose_second_dpu_bmc_rotated_names_that_dpu_as_not_r
     finally:
         _fault(sim, second, "clear")
     outcome = entity["recent"][-1]["outcome"]
-    said = f"Done: {first}: PowerCycle; not reset: {second} (its PowerCycle failed: BMCAuthenticationFailed)"
+    # The host's ForceOff and On (the power log below) were a power cycle: said, with what it did
+    # to the DPUs (attack M2: before, the words went from the DPUs' resets to `the host is on`).
+    cycled = f"host {host} power-cycled (this run's ForceOff, then On): generation 1 reached, which rebooted"
+    said = (
+        f"Done: {first}: PowerCycle; {cycled} each DPU's Arm with it (a BlueField's Arm has power only "
+        "while its host is on; its NIC is reset only by its own PowerCycle); "
+        f"not reset: {second} (its PowerCycle failed: BMCAuthenticationFailed)"
+    )
     assert outcome.startswith("failed: BMCAuthenticationFailed: "), outcome
     assert said in outcome and outcome.endswith("; the host is on"), outcome
     assert said in shown.stdout, shown.stdout
