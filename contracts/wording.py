@@ -65,6 +65,41 @@ def cancel_left(details: str) -> str:
     return said.split(". ", 1)[1] if said.startswith("cancelled (") and ". " in said else said
 
 
+COMPLETED_OUTCOME = "completed"  # a host's record of an operation that ended as planned
+BY_ITS_CANCEL = "(On sent by its cancel)"  # a reboot's method: its cancel sent the On after its ForceOff
+
+
+def completed_outcome(cancelled: str, generation: int | None) -> str:
+    """A host's record of an operation that completed (`OperationEnd.cancelled`: a cancel in
+    Temporal it completed anyway, in words; e.g. a reboot whose cancel sent On after its ForceOff:
+    `completed (cancelled in Temporal after its ForceOff; its cancel sent On: power-cycled to
+    generation N)`). Before, such a reboot read `completed`, the cancel unsaid (attack L6)."""
+    if not cancelled:
+        return COMPLETED_OUTCOME
+    reached = f": power-cycled to generation {generation}" if generation is not None else ""
+    return f"{COMPLETED_OUTCOME} ({cancelled}{reached})"
+
+
+def cut_short_words(cancelled: bool) -> str:
+    """What a reboot's method says of a power-down wait a stop cut short (On sent at once): its
+    cancel's (`cancelled`, README's `bmc:ForceOff+On (On sent by its cancel)`) or an abort's."""
+    return f" {BY_ITS_CANCEL}" if cancelled else ", cut short: On sent at once"
+
+
+def reboot_cancel_words(method: str, cancelled: bool) -> str:
+    """A reboot's `OperationEnd.cancelled`: cancelled in Temporal (`cancelled`) and completed all
+    the same, its cancel having sent the On after its ForceOff (`method` says so), or its power
+    cycle having ended first; "" when no cancel came."""
+    if BY_ITS_CANCEL in method:
+        return "cancelled in Temporal after its ForceOff; its cancel sent On"
+    return "cancelled in Temporal during its power cycle, which ended first" if cancelled else ""
+
+
+def is_completed(outcome: str) -> bool:
+    """A host's record says the operation completed (`completed_outcome`'s words, either form)."""
+    return outcome == COMPLETED_OUTCOME or outcome.startswith(f"{COMPLETED_OUTCOME} (")
+
+
 def aborted_outcome(message: str) -> str:
     """An operation an operator aborted, in the entity's record (`host status`, campaigns): it
     reads `aborted ...`, never `failed: ...`. `message` is the operation's abort error."""

@@ -7,6 +7,10 @@ simulated site (one site for the module: `module_site_support`).
   and while its host's ForceOff settles): before, the end said "Done: HOST-dpu-0: PowerCycle; the
   host is on" and nothing of the second DPU. Now the status, the result and the ending Event name
   it as not reset, and why.
+- The same reset aborted (`host abort`) right after its ForceOff, the first DPU's PowerCycle in
+  flight: the host was powered on again, a power cycle (generation 0 -> 1), and the end said
+  `Done: nothing was reset; the host is on` (attack M2). Now it says the host was power-cycled,
+  what that did to each DPU, and each DPU not reset.
 - A reprovision cancelled (`temporal workflow cancel`) while its reboot had left the host OFF (the
   named fault `rotate-after-forceoff`, F2) and waited for a person, its BMC fixed meanwhile:
   before, it ended saying the host is OFF and sent no On. Now a cancel asks nobody, as the
@@ -41,11 +45,12 @@ from metalflow.hosts import ensure_entity
 FULL_RESET = "left-001"  # profile powercycle: the reset's ForceOff is its own
 CANCELLED_REPROVISION = "left-002"  # profile no-powercycle: a reboot is ForceOff, then On
 FIRMWARE_HOST = "left-003"
+ABORTED_RESET = "left-004"  # profile etag-required
 FIRST_HOST = "left-001"
 TARGET = "32.45.1020"
 REFUSED_ON = OperationPolicy(power_down_wait_seconds=0.0, power_on_retry_seconds=(0.5,))
 
-SITE = ModuleSite("left", hosts=3, dpus_per_host=2, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+SITE = ModuleSite("left", hosts=4, dpus_per_host=2, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it asks
 
 
@@ -117,13 +122,54 @@ async def test_a_full_reset_whose_second_dpu_bmc_rotated_names_that_dpu_as_not_r
     finally:
         _fault(sim, second, "clear")
     outcome = entity["recent"][-1]["outcome"]
-    said = f"Done: {first}: PowerCycle; not reset: {second} (its PowerCycle failed: BMCAuthenticationFailed)"
+    # The host's ForceOff and On (the power log below) were a power cycle: said, with what it did
+    # to the DPUs (attack M2: before, the words went from the DPUs' resets to `the host is on`).
+    cycled = f"host {host} power-cycled (this run's ForceOff, then On): generation 1 reached, which rebooted"
+    said = (
+        f"Done: {first}: PowerCycle; {cycled} each DPU's Arm with it (a BlueField's Arm has power only "
+        "while its host is on; its NIC is reset only by its own PowerCycle); "
+        f"not reset: {second} (its PowerCycle failed: BMCAuthenticationFailed)"
+    )
     assert outcome.startswith("failed: BMCAuthenticationFailed: "), outcome
     assert said in outcome and outcome.endswith("; the host is on"), outcome
     assert said in shown.stdout, shown.stdout
     assert said in ended[-1]["note"], ended
     power = [(e["to"], e["reset_type"]) for e in sim.power_log(host)]
     assert power == [("Off", "ForceOff"), ("On", "On")], power  # as the status says: the host is on
+
+
+async def test_a_full_reset_aborted_after_its_forceoff_says_the_host_was_power_cycled(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    host = ABORTED_RESET
+    stuck, second = f"{host}-dpu-0", f"{host}-dpu-1"
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            asked = await metalflow(
+                local_env, "host", "reset", host, "--all-dpus", "--full", "--by", "alice@test",
+                "--task-queue", task_queue,
+            )  # fmt: skip
+            assert asked.status == 0, asked.stdout + asked.stderr
+            await _until_phase(local_env, host, "powering-host-off")
+            _fault(sim, stuck, "unreachable")  # its PowerCycle call retries: the reset stays there
+            await _until_phase(local_env, host, "resetting-dpu")
+            aborted = await metalflow(
+                local_env, "host", "abort", host, "--by", "bob@test", "--reason", "wrong host",
+                "--task-queue", task_queue,
+            )  # fmt: skip
+            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            entity = await _until_idle(local_env, host, seconds=60)
+    finally:
+        _fault(sim, stuck, "clear")
+    outcome = entity["recent"][-1]["outcome"]
+    assert outcome.startswith("aborted by bob@test: wrong host"), outcome
+    cycled = f"Done: host {host} power-cycled (this run's ForceOff, then On): generation 1 reached"
+    assert cycled in outcome and "rebooted each DPU's Arm with it" in outcome, outcome
+    assert f"not reset: {stuck} (its PowerCycle was stopped in flight: it may have been sent), " in outcome
+    assert f"{second} (not reached: the reset ended first); the host is on" in outcome, outcome
+    assert "nothing was reset" not in outcome and entity["boot_generation"] == 1, entity
+    power = [(e["to"], e["reset_type"]) for e in sim.power_log(host)]
+    assert power == [("Off", "ForceOff"), ("On", "On")], power  # one power cycle, as the words say
 
 
 async def test_a_reprovision_cancelled_while_its_reboot_left_the_host_off_powers_it_on_afresh(

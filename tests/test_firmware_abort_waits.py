@@ -64,7 +64,7 @@ async def test_a_firmware_run_waiting_for_its_dpus_after_the_power_cycle_takes_h
     outcome = shown["host"]["recent"][-1]["outcome"]
     assert outcome == (
         f"aborted: firmware update of {HOST} aborted by bob@test: debugging in phase waiting-for-dpus. "
-        f"Left behind: staged on {HOST}-dpu-0; the host was power-cycled to generation 1, which activates "
-        "the staged images; their versions were not verified"
+        f"Left behind: the host was power-cycled to generation 1, which activated {TARGET} staged on "
+        f"{HOST}-dpu-0; their versions were not verified"
     ), outcome
     assert [e["to"] for e in sim.power_log(HOST)][-1] == "On"  # cycled once, and on

@@ -168,7 +168,14 @@ async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host
             shown = await _until(local_env, host, _ended, "ended the reset")
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert outcome.startswith("failed: BMC") and " 401 " in outcome, outcome  # the cause, in words
-        assert outcome.endswith("Done: nothing was reset; the host is on"), outcome
+        # Issue 40 (attack M2): before, `Done: nothing was reset; the host is on` after the host's
+        # ForceOff and On (a power cycle, its generation reached): now the words say so, and what
+        # it did to the DPUs (their Arm rebooted with it, none reset).
+        cycled = f"Done: host {host} power-cycled (this run's ForceOff, then On): generation 1 reached"
+        assert cycled in outcome and "rebooted each DPU's Arm" in outcome, outcome
+        assert f"not reset: {host}-dpu-0 (not reached: the reset ended first)" in outcome, outcome
+        assert outcome.endswith("; the host is on") and "nothing was reset" not in outcome, outcome
+        assert shown["host"]["boot_generation"] == 1, shown["host"]
         assert _power(sim, host)[-1] == ("On", "On")
 
 
@@ -435,7 +442,7 @@ async def test_a_firmware_run_cancelled_while_its_reboot_waits_with_the_host_off
         assert described.status is not None and described.status.name != "RUNNING", described.status
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert outcome.startswith("failed: HostLeftOff: cancelled (the workflow was cancelled). "), outcome
-        assert f"ended with the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert f"ended, and the host {host} is OFF: metalflow turned it off" in outcome, outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
         row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
         assert " idle (host OFF) " in row, listed.stdout
@@ -563,7 +570,7 @@ async def test_a_reprovision_ended_while_its_reboot_left_the_host_off_says_the_h
         begins = "aborted by bob@test: " if how == "abort" else "failed: HostLeftOff: cancelled "
         assert outcome.startswith(begins), outcome
         assert "Changed by this run: " in outcome, outcome
-        assert f"its reboot ended with the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert f"its reboot ended, and the host {host} is OFF: metalflow turned it off" in outcome, outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
         row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
         assert " idle (host OFF) " in row, listed.stdout
@@ -591,6 +598,11 @@ async def test_a_reboot_cancelled_with_the_host_off_powers_it_on_once_the_bmc_ta
         # generation 1's number).
         assert ended["boot_generation"] == 1 and ended["method"] == "bmc:ForceOff+On (On sent by its cancel)"
         assert shown["host"]["boot_generation"] == 1, shown["host"]
+        # Attack L6: before, the host's record read `completed`, the cancel unsaid.
+        assert shown["host"]["recent"][-1]["outcome"] == (
+            "completed (cancelled in Temporal after its ForceOff; its cancel sent On: power-cycled to "
+            "generation 1)"
+        ), shown["host"]["recent"][-1]
 
 
 async def test_a_reboot_cancelled_with_the_host_off_and_the_bmc_still_refusing_says_the_host_is_off(

@@ -407,7 +407,9 @@ async def test_a_watched_power_down_wait_says_when_it_read_off_and_a_stop_still_
         assert "; its power read every 1 s)" in seen.waiting_for
         await reboot.cancel()
         result = await asyncio.wait_for(reboot.result(), 15)
-    assert result.method.endswith("cut short: On sent at once") and result.unplanned_power == "", result
+    # Attack L6: before, `bmc:ForceOff+On, cut short: On sent at once`, the cancel unsaid.
+    assert result.method == "bmc:ForceOff+On (On sent by its cancel)" and result.unplanned_power == "", result
+    assert result.cancelled == "cancelled in Temporal after its ForceOff; its cancel sent On", result
     assert [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off"), ("Off", "On")]
 
 

@@ -207,13 +207,14 @@ class OperationEnd(_Frozen):
     # Off before it began, or On by another actor during its power-down), in words; "" none.
     # The entity shows it (`HostStatus.unplanned_power`, its memo).
     unplanned_power: str = ""
-    # The host's LastResetTime as the run's last reboot read it at its end (the reboot's own mark,
-    # `HostRebootResult`; an operation's: its last reboot child's), None: not known. The entity's
-    # baseline at rest keeps it, so a reset by hand right after our run is told at the next reading.
+    # The host's LastResetTime as its last reboot read it at its end (`HostRebootResult`'s; an
+    # operation's: its last reboot child's), None: not known. The entity's baseline at rest keeps
+    # it, so a reset by hand right after our run is told at the next reading.
     last_reset_time: datetime | None = None
-    # A removal aborted after its first delete: DPF finishes the deletes sent, so the entity
-    # records the DPUs as removed, as after a completed removal (workflows/removal/workflow.py).
+    # A removal aborted after its first delete: DPF finishes the deletes sent (the entity records
+    # the DPUs removed, as after a completed removal: workflows/removal/workflow.py).
     deletes_sent: bool = False
+    cancelled: str = ""  # cancelled in Temporal yet completed (a reboot's cancel sent On), in words
 
 
 class HostOperationResult(OperationEnd):

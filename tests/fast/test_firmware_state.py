@@ -50,3 +50,24 @@ def test_an_early_end_before_its_power_cycle_says_what_each_dpu_bmc_holds_and_wh
     )
     assert firmware.staged_words(["h-dpu-0"], "32.45.1020", cycled=True) == "staged on h-dpu-0"
     assert firmware.staged_words([], "32.45.1020", cycled=False) == "nothing staged"
+
+
+def test_an_end_after_the_power_cycle_says_it_activated_what_was_staged() -> None:
+    """Attack L1: a run aborted in its reboot's power-down wait (On sent at once: the host
+    cycled) said `Left behind: staged on h-dpu-0, h-dpu-1` while the new version ran; one aborted
+    after the cycle said `which activates`. Both now say the cycle activated the staged images,
+    unverified, in the same words."""
+    words = firmware.cycled_words(["h-dpu-0", "h-dpu-1"], "32.45.1020", 2, reboot_aborted=True)
+    assert words == (
+        "the host was power-cycled to generation 2 before its reboot was aborted, which activated "
+        "32.45.1020 staged on h-dpu-0, h-dpu-1; their versions were not verified"
+    )
+    after = firmware.cycled_words(["h-dpu-0"], "32.45.1020", 2, reboot_aborted=False)
+    assert after == (
+        "the host was power-cycled to generation 2, which activated 32.45.1020 staged on h-dpu-0; "
+        "their versions were not verified"
+    )
+    assert firmware.cycled_words([], "32.45.1020", 2, reboot_aborted=False) == (
+        "nothing staged; the host was power-cycled to generation 2"
+    )
+    assert "which activated the staged images" in firmware.abort_outcome(2)  # the abort's answer

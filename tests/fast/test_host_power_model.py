@@ -36,6 +36,7 @@ from workflows.parts.host_power import (
     POWER_NOT_TOUCHED,
     POWER_ON_RETRY_DELAYS,
     PowerCustody,
+    ended_off,
     may_end,
     waits_rightly,
 )
@@ -294,3 +295,15 @@ def test_an_aborts_promise_matches_what_the_run_then_does_with_the_host_off() ->
     custody.on_refused("401")
     custody.on_refused("401")  # spent: a person is asked
     assert custody.abort_words() == "; the host host-001 stays OFF and the run's end says so"
+
+
+def test_a_run_whose_reboot_ended_with_the_host_off_says_so_in_a_sentence() -> None:
+    """Attack L5: outcomes read `its power cycle to generation 2 ended with the host host-002 is
+    OFF`. Now `... ended, and the host host-002 is OFF: ...`: grammatical, and still carrying
+    `is OFF`, which the host's entity reads to mark the host."""
+    custody = PowerCustody(host_id="host-002")
+    custody.turned_off("the ForceOff of its reboot to generation 2")
+    custody.on_refused("BMCAuthenticationFailed")
+    words = ended_off("its power cycle to generation 2", custody.left())
+    assert words.startswith("its power cycle to generation 2 ended, and the host host-002 is OFF: "), words
+    assert HOST_IS_OFF in words and "ended with the host" not in words, words

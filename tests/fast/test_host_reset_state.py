@@ -142,3 +142,32 @@ def test_named_dpus_and_bad_input_are_as_before() -> None:
         state.chosen_dpus(_reset(ResetTarget.DPU, dpu_ids=("d9",)), inventory)
     with pytest.raises(InvalidInput, match="name the DPUs"):
         state.chosen_dpus(_reset(ResetTarget.ALL_DPUS), _inventory())
+
+
+def test_an_early_end_after_the_hosts_power_cycle_says_the_host_was_power_cycled() -> None:
+    """Issue 40 (attack M2): a `--full` reset aborted right after its ForceOff (or failed there,
+    the BMC's password rotated) powers the host on again: a power cycle, generation 5 reached.
+    Before, its words read `Done: nothing was reset`. Now they say the host was power-cycled, that
+    this rebooted each DPU's Arm (B10, B12) and that no DPU was reset (its NIC untouched)."""
+    chosen = ("h-dpu-0", "h-dpu-1")
+    undone = state.not_reset(chosen, set(), {}, host_cycled=True)
+    assert undone == (
+        "not reset: h-dpu-0 (not reached: the reset ended first), "
+        "h-dpu-1 (not reached: the reset ended first)"
+    )
+    done = state.done_words("h", (), undone, 5)
+    assert done.startswith("host h power-cycled (this run's ForceOff, then On): generation 5 reached, ")
+    assert "rebooted each DPU's Arm with it" in done and "its NIC is reset only by its own PowerCycle" in done
+    assert done.endswith(f"; {undone}") and "nothing was reset" not in done
+    # One DPU PowerCycled before the end: named first, the other after the host's cycle.
+    undone = state.not_reset(chosen, {"h-dpu-0"}, {}, host_cycled=True)
+    done = state.done_words("h", ("h-dpu-0: PowerCycle",), undone, 5)
+    assert done.startswith("h-dpu-0: PowerCycle; host h power-cycled"), done
+    assert done.endswith("; not reset: h-dpu-1 (not reached: the reset ended first)"), done
+
+
+def test_nothing_was_reset_only_when_the_run_did_nothing() -> None:
+    assert state.done_words("h", (), state.not_reset(("h-dpu-0",), set(), {}), None) == "nothing was reset"
+    # The cycle already named by the resets (the sequence went past its On): not said twice.
+    said = ("h-dpu-0: PowerCycle", "host h: ForceOff, On around the DPU resets")
+    assert state.done_words("h", said, "", None) == "; ".join(said)

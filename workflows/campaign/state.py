@@ -64,7 +64,7 @@ from contracts.models.campaign import (
     Window,
     degraded_words,
 )
-from contracts.wording import iso_z, plural
+from contracts.wording import is_completed, iso_z, plural
 from workflows.campaign import plan
 from workflows.campaign.admission import Admission
 from workflows.campaign.controls import OperatorControls
@@ -251,7 +251,7 @@ class CampaignState(OperatorControls):
             self.operator_accepted.remove(event.host_id)
         host_id = event.host_id
         failed = False
-        if event.outcome == "completed":
+        if is_completed(event.outcome):
             if verify:
                 self._set(host_id, S.VERIFYING)
                 self.verifying.append(host_id)

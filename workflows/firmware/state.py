@@ -54,9 +54,25 @@ def abort_outcome(cycled_to: int | None) -> str:
     if cycled_to is None:
         return "no reboot was done"
     return (
-        f"the host was power-cycled to generation {cycled_to}, which activates the staged images; "
+        f"the host was power-cycled to generation {cycled_to}, which activated the staged images; "
         "their versions were not verified"
     )
+
+
+def cycled_words(staged: list[str], version: str, cycled_to: int, *, reboot_aborted: bool) -> str:
+    """What an early end after the run's power cycle reached `cycled_to` leaves, in words: that
+    cycle activated the images staged (B-firmware: a staged image runs after the host's next
+    power cycle), unverified; `reboot_aborted`: the abort stopped that reboot once it had cycled
+    the host (its power-down wait cut short, On sent at once). Before, such an end said `staged
+    on ...` of images already running, and the abort after the cycle `which activates` (attack
+    L1): both now say the same, in the past tense."""
+    cycled = f"the host was power-cycled to generation {cycled_to}"
+    if reboot_aborted:
+        cycled += " before its reboot was aborted"
+    if not staged:
+        return f"nothing staged; {cycled}"
+    on = ", ".join(staged)
+    return f"{cycled}, which activated {version} staged on {on}; their versions were not verified"
 
 
 def not_in_dpf(state: HostDPFState, dpu_ids: Iterable[str]) -> list[str]:

@@ -105,7 +105,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, bounded, options
     from workflows.parts import reboot_rounds
     from workflows.parts.dpf_watch import DPFWatch
-    from workflows.parts.host_power import HOST_IS_OFF
+    from workflows.parts.host_power import HOST_IS_OFF, ended_off
     from workflows.parts.reboot_rounds import ABANDON, RebootChild, RebootRounds, reached_by_abort
     from workflows.parts.site_check_said import SiteCheckSaid
 
@@ -148,22 +148,20 @@ class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abort
             task.cancel()
         await asyncio.gather(*self._stage_tasks, return_exceptions=True)
         staged = sorted(d for d, p in self._dpus.items() if p.outcome in ("staged", "already_staged"))
-        left = rules.staged_words(staged, self._request.target_version, cycled=self._power_cycle_started)
+        version = self._request.target_version
+        left = rules.staged_words(staged, version, cycled=self._power_cycle_started)
         if isinstance(err, asyncio.CancelledError | CancelledError):
             await self._cancel_the_reboot()
+        aborted = self._power_cycle_started and isinstance(err, OperationAborted)  # its reboot, maybe
+        reached = self._cycled_to if self._cycled_to is not None or not aborted else reached_by_abort(err)
         if self._left_off:
-            left += f"; its power cycle to generation {self._generation} ended with {self._left_off}"
+            left += f"; {ended_off(f'its power cycle to generation {self._generation}', self._left_off)}"
         elif self._power_cycle_started and HOST_IS_OFF in cause_in_words(err):
             left += f"; its power cycle to generation {self._generation} ended with the host OFF"
-        elif self._cycled_to is not None:
-            left += f"; {rules.abort_outcome(self._cycled_to)}"
-        elif self._power_cycle_started and isinstance(err, OperationAborted):  # its reboot was aborted
-            reached = reached_by_abort(err)
-            left += (
-                f"; its power cycle to generation {self._generation} was aborted before it reset the host"
-                if reached is None
-                else f"; the host was power-cycled to generation {reached} before its reboot was aborted"
-            )
+        elif reached is not None:  # that cycle activated what was staged
+            left = rules.cycled_words(staged, version, reached, reboot_aborted=self._cycled_to is None)
+        elif aborted:  # its reboot was aborted before it reset the host
+            left += f"; its power cycle to generation {self._generation} was aborted before it reset the host"
         elif self._power_cycle_started:
             left += f"; the power cycle to generation {self._generation} completes on its own"
         return f"Left behind: {left}"

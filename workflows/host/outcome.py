@@ -16,16 +16,18 @@ from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflo
 with workflow.unsafe.imports_passed_through():
     from contracts.errors import OperationAborted, cause_in_words
     from contracts.models.host import OperationEnd
-    from contracts.wording import CANCELLED_OUTCOME, aborted_outcome
+    from contracts.wording import CANCELLED_OUTCOME, aborted_outcome, completed_outcome
     from workflows.host.takeover_rules import POWER_HOLDERS, off_when_cut  # pure: a successor's read too
 
 __all__ = ["POWER_HOLDERS", "ended_as", "generation_reported", "off_when_cut", "outcome_of"]
 
 
 def ended_as(result: OperationEnd) -> str:
-    """How a child that completed ended, in the entity's words: `completed`, or, aborted by an
-    operator, `aborted by <who>: <why>...`."""
-    return aborted_outcome(result.aborted) if result.aborted else "completed"
+    """How a child that completed ended, in the entity's words: `completed` (with the cancel it
+    completed anyway, `completed_outcome`), or, aborted by an operator, `aborted by <who>: <why>...`."""
+    if result.aborted:
+        return aborted_outcome(result.aborted)
+    return completed_outcome(result.cancelled, result.boot_generation)
 
 
 def outcome_of(err: ChildWorkflowError) -> str:

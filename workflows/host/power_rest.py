@@ -46,7 +46,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from contracts.models.power_watch import PowerAtRest
-from contracts.wording import iso_z
+from contracts.wording import is_completed, iso_z
 from workflows.parts.host_power import HOST_IS_OFF
 
 COMPLETED = "completed"  # the entity's outcome of an operation that ended as planned
@@ -167,7 +167,7 @@ def left_by_operation(outcome: str, cycled: bool) -> str | None:
     (it completed without powering the host: the power is as before it), None (unknown)."""
     if HOST_IS_OFF in outcome:
         return "Off"
-    if outcome != COMPLETED:
+    if not is_completed(outcome):
         return None
     return "On" if cycled else ""
 

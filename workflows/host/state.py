@@ -55,7 +55,7 @@ from contracts.models.host import (
     ResetRequest,
     WithdrawRequest,
 )
-from contracts.wording import iso_z
+from contracts.wording import is_completed, iso_z
 from workflows.host import dpf_removed
 from workflows.host.abort_rule import AWAITING_APPROVAL
 from workflows.host.approval_reason import ApprovalReason
@@ -363,9 +363,9 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason, PowerDoub
         back (`refuse_if_removed`); so does a removal aborted after its first delete
         (`deletes_sent`: DPF finishes the deletes sent). `last_reset`: the host's LastResetTime as
         its last reboot read it at its end (its result's), kept by the baseline it leaves On."""
-        if outcome == "completed" or (deletes_sent and current.record.operation == names.REMOVE):
+        if is_completed(outcome) or (deletes_sent and current.record.operation == names.REMOVE):
             self._completed(current)
-        if outcome == "completed" or current.adopted_run:  # what a takeover reported is past (an
+        if is_completed(outcome) or current.adopted_run:  # what a takeover reported is past (an
             self.taken_over = ""  # adopted run's "still running" too): the line goes (`take_over`)
         elif not current.approved:  # a taken-over request withdrawn or expired: no longer "still awaiting"
             self.taken_over = no_longer_awaiting(self.taken_over, current.record, outcome)

@@ -51,7 +51,14 @@ from contracts.models.host import (
     PendingOperation,
     RunEnd,
 )
-from contracts.wording import CANCELLED_OUTCOME, CANCELLED_PHASE, aborted_outcome, cancel_left, iso_z
+from contracts.wording import (
+    CANCELLED_OUTCOME,
+    CANCELLED_PHASE,
+    aborted_outcome,
+    cancel_left,
+    is_completed,
+    iso_z,
+)
 from workflows.host.automation_hold import hold_after_run
 from workflows.parts.boot_generation import UNKNOWN_ENDS, RebootLeft, generation_after
 from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON, POWER_NOT_TOUCHED
@@ -290,7 +297,7 @@ def power_to_read(operation: str, outcome: str) -> bool:
     other end whose words say none of `HOST_IS_OFF`, `HOST_IS_ON`, `POWER_NOT_TOUCHED`). A completed
     run powered the host on (its reboots completed) and one that says OFF, on or not touched is
     believed: no read, so a run that ends as designed costs no BMC request more."""
-    if operation not in POWER_READ_AFTER_END or outcome == "completed":
+    if operation not in POWER_READ_AFTER_END or is_completed(outcome):
         return False
     return not any(said in outcome for said in (HOST_IS_OFF, HOST_IS_ON, POWER_NOT_TOUCHED))
 

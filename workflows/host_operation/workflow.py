@@ -37,7 +37,7 @@ The rules, all from `OperationPolicy`:
   operation enters manual intervention with that reason at once: `retry` starts a new reboot
   (the next generation; the BMC and its credentials are read afresh), `mark_rebooted` takes the
   host as rebooted by hand, `abort` ends the run. One that left the host OFF takes `retry` only,
-  and every early end while the host is OFF says so (`... its reboot ended with the host HOST is
+  and every early end while the host is OFF says so (`... its reboot ended, and the host HOST is
   OFF: ...`), so the entity marks the host. A cancel asks nobody: that reboot runs again, once,
   not abortable (`PowerCustody.cancelled`, the reset's rule), and only a host still OFF after it
   ends the run failed `HostLeftOff`.
@@ -133,7 +133,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host_operation.reboot_round import RebootRound
     from workflows.host_operation.state import HostOperationState
     from workflows.parts.dpf_watch import DPFWatch
-    from workflows.parts.host_power import PowerCustody
+    from workflows.parts.host_power import PowerCustody, ended_off
     from workflows.parts.reboot_rounds import RebootRounds
     from workflows.parts.site_check_said import SiteCheckSaid
 
@@ -219,7 +219,7 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
                 await self._mark_node_rebooted()
             except Exception as ack_err:  # noqa: BLE001 - best effort: the failure below is the news
                 workflow.logger.warning("could not acknowledge the reboot during cleanup: %s", ack_err)
-        off = f"; its reboot ended with {self.left_off}" if self.left_off else ""
+        off = f"; {ended_off('its reboot', self.left_off)}" if self.left_off else ""
         return f"{self.state.left_behind()}{off}"
 
     def aborted_result(self, err: BaseException) -> HostOperationResult:

@@ -54,7 +54,7 @@ with workflow.unsafe.imports_passed_through():
         SetPowerResult,
         SystemPower,
     )
-    from contracts.wording import iso_z
+    from contracts.wording import cut_short_words, iso_z
     from workflows import kernel
     from workflows.host_reboot.failure import (
         UNPLANNED_POWER,
@@ -80,6 +80,7 @@ class PowerSteps(kernel.Abortable):
     _cycle_activity: asyncio.Future[PowerCycleResult] | None
     _already_done: bool
     _stop_sent_on: bool
+    _cancelled: bool  # the stop is its cancel's (`cut_short_words`)
     _handed_back: bool
     _unplanned: str
     # The host's LastResetTime as the last power step read it, moved by that step (the result's
@@ -148,7 +149,7 @@ class PowerSteps(kernel.Abortable):
             if seen_on is not None:  # another actor's On: the cycle, decided once; no On sent
                 return self._taken_over(seen_on, cycle.method, cycle.reset_types)
             if self._stopping:
-                cut = ", cut short: On sent at once"
+                cut = cut_short_words(self._cancelled)
             # On now: the timer (or a stop) covered the wait; `off_reached` is in the history.
             cycle_input = cycle_input.model_copy(
                 update={"resume": cycle.progress, "power_down_wait_seconds": 0.0,

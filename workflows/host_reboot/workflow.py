@@ -82,12 +82,9 @@ with workflow.unsafe.imports_passed_through():
         RebootMethod,
     )
     from contracts.models.inventory import HostInventory
-    from contracts.models.redfish import (
-        PowerCycleResult,
-        ReadPowerStateInput,
-        SystemPower,
-    )
+    from contracts.models.redfish import PowerCycleResult, ReadPowerStateInput, SystemPower
     from contracts.operator_answers import Answered, second_answer_refusal
+    from contracts.wording import BY_ITS_CANCEL, cut_short_words, reboot_cancel_words
     from workflows import kernel
     from workflows.host_reboot.dpf_told import TellsDPF
     from workflows.host_reboot.failure import bmc_failure_reason, off_step
@@ -125,6 +122,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         self._cycle_activity: asyncio.Future[PowerCycleResult] | None = None
         self._already_done = False  # the BMC showed a reset since the reboot became owed
         self._stop_sent_on = False  # `_stop_cycle` took over: the cycle must not send On too
+        self._cancelled = False  # cancelled in Temporal during its cycle: its record says so
         self._handed_back = False  # the cycle's activity returned at Off: the cycle sends On itself
         self._cycled: HostRebootResult | None = None  # the host was power-cycled for this generation
         # The host is off by this run's hand (a cycle that failed after ForceOff): powered on, or
@@ -200,6 +198,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
             already_done=self._already_done,
             unplanned_power=self._unplanned,
             last_reset_time=self._last_reset,
+            cancelled=reboot_cancel_words(method, self._cancelled),
         )
         if not self._already_done:  # the BMC took the cycle: the worker's `PowerCycleIssued` Event
             kernel.report(
@@ -240,8 +239,9 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
                       f"{self._request.boot_generation}", warning=False)  # fmt: skip
         return HostRebootResult(
             host_id=self._request.host_id, boot_generation=self._request.boot_generation,
-            method="bmc:ForceOff+On (On sent by its cancel)", reset_types=("ForceOff", "On"),
+            method=f"bmc:ForceOff+On {BY_ITS_CANCEL}", reset_types=("ForceOff", "On"),
             finished_at=workflow.now(), unplanned_power=self._unplanned,
+            cancelled=reboot_cancel_words(BY_ITS_CANCEL, True),
         )  # fmt: skip
 
     # -- messages ------------------------------------------------------------------------------------
@@ -393,6 +393,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
             # fails now goes to the manual reboot wait, as it would uncancelled: the host may be off.
             if await self._leases.withdraw(cycle):
                 raise  # queued for the BMC's lease: nothing was sent, not rebooted
+            self._cancelled = True  # its On (`cut_short_words`) and its record say so
             return await self._stop_cycle(inventory, cycle)
         except OperationAborted:
             # Aborted: the cycle is brought to its end now; the run then ends aborted, saying
@@ -435,7 +436,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
                 cycle.add_done_callback(_retrieve)  # it ends with the cancellation, taken here
                 on = await self._set_power(inventory, "On")
                 sent = () if on.sent is None else (on.sent,)
-                return f"{power.power_cycle_method}, cut short: On sent at once", sent
+                return f"{power.power_cycle_method}{cut_short_words(self._cancelled)}", sent
             await self.wait(cycle.done, timeout=STOP_POLL_SECONDS, abortable=False)
         return await cycle
 

@@ -73,18 +73,50 @@ def refusal(
     )
 
 
-def not_reset(chosen: Sequence[str], reset: Collection[str], failed: Mapping[str, str]) -> str:
+def not_reset(
+    chosen: Sequence[str], reset: Collection[str], failed: Mapping[str, str], *, host_cycled: bool = False
+) -> str:
     """The chosen DPUs this run did not reset, each with why, in words ("" when every chosen DPU
-    was reset, or when no reset was tried at all: the run's words say "nothing was reset").
+    was reset, or when no reset was tried at all and the host was not power-cycled: the run's
+    words say "nothing was reset").
 
     `reset`: the DPUs whose reset was sent (or found done); `failed`: the DPUs whose reset call
     ended without an answer, each with what happened (`reset_failed`). A DPU neither reset nor
-    failed was not reached: the run ended before its turn."""
-    if not reset and not failed:
+    failed was not reached: the run ended before its turn. `host_cycled`: the run power-cycled
+    the host (`done_words`), which rebooted each DPU's Arm but reset no NIC: every DPU it did not
+    reset is named, whether a reset was tried or not."""
+    if not reset and not failed and not host_cycled:
         return ""
     unreached = "not reached: the reset ended first"
     left = [f"{dpu} ({failed.get(dpu, unreached)})" for dpu in chosen if dpu not in reset]
     return f"not reset: {', '.join(left)}" if left else ""
+
+
+def done_words(
+    host_id: str,
+    resets: Sequence[str],
+    not_reset_words: str,
+    cycled_to: int | None,
+) -> str:
+    """The body of an early end's `Done:` words: what the run reset (`resets`), the host's power
+    cycle around the DPU resets when the run ended before it said so (`cycled_to`: the generation
+    the BMC reached after this run's ForceOff, then On; None: no such cycle, or `resets` says it),
+    and each chosen DPU not reset (`not_reset_words`, from `not_reset`). "nothing was reset" only
+    when the run did none of it.
+
+    A host power cycle is no DPU reset, but it is not nothing either: a BlueField's Arm has power
+    only while its host is on (simulators/redfish/BEHAVIOUR.md B10, B12), so each DPU's Arm
+    rebooted with it; its NIC is reset only by the PowerCycle sent to its own BMC."""
+    words = list(resets)
+    if cycled_to is not None:
+        words.append(
+            f"host {host_id} power-cycled (this run's ForceOff, then On): generation {cycled_to} "
+            "reached, which rebooted each DPU's Arm with it (a BlueField's Arm has power only while its "
+            "host is on; its NIC is reset only by its own PowerCycle)"
+        )
+    if not_reset_words:
+        words.append(not_reset_words)
+    return "; ".join(words) or "nothing was reset"
 
 
 def reset_failed(reset_type: DPUResetType, error_type: str | None) -> str:

@@ -187,6 +187,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
         # ForceOff ... On around the DPU resets): `boot_generation.reached`, once the BMC took it.
         self._reached = request.boot_generation
         self._off_taken = False  # the BMC took this run's host ForceOff: On again is one power cycle
+        self._cycle_said = False  # `_resets` names this run's power cycle (else `_clean_up` does)
         self._leases = BMCLeaseHolder()
         self.reboots = RebootRounds(self, request.power_before)  # a `--host` reboot compares it
         self._off_generation: int | None = None  # a `--host` reboot left the host OFF: not reached
@@ -358,6 +359,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
                 await self._power_on(then="the reset ends failed, naming what it did")
                 raise
         self._resets.append(f"host {host}: ForceOff, On around the DPU resets")
+        self._cycle_said = True  # `_resets` names the power cycle
         await self._wait_for_os(dpus)  # the host is on: the DPUs' Arm boots with it
 
     async def _reset_dpu(self, dpu_id: str, bmc: BMCAccess, reset_type: DPUResetType, why: str) -> None:
@@ -458,7 +460,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
 
     def _rebooted(self, reboot: RebootOutcome) -> str:
         result = reboot.result
-        self._reached = max(self._reached, reboot.generation)
+        self._reached, self._cycle_said = max(self._reached, reboot.generation), True
         by = method_words(result.method)
         return f"host {self._request.host_id}: generation {result.boot_generation} by {by}"
 
@@ -487,11 +489,12 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
                 await self._reboot_once(abortable=False)
             except ChildWorkflowError as failed:
                 workflow.logger.warning("the reboot after the cancel failed: %s", failed.cause)
-        done = "; ".join(self._resets) or "nothing was reset"
-        undone = sequence.not_reset(self._chosen, self._dpus_reset, self._dpus_failed)
+        cycled = self._reached > self._request.boot_generation and not self._cycle_said  # cut short
+        cycled_to = self._reached if cycled else None  # the host's ForceOff, On: a power cycle all the same
+        undone = sequence.not_reset(self._chosen, self._dpus_reset, self._dpus_failed, host_cycled=cycled)
+        done = sequence.done_words(self._request.host_id, self._resets, undone, cycled_to)
         left = sequence.left_out_said(self._request, self._inventory)
-        for words in (undone, left):
-            done = f"{done}; {words}" if words else done
+        done = f"{done}; {left}" if left else done
         return f"Done: {done}; {self._power.left()}"
 
     def aborted_result(self, err: BaseException) -> HostResetResult:

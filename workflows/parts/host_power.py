@@ -52,6 +52,14 @@ HOST_IS_ON: Final = "the host is on"  # said only by a run that powered the host
 POWER_NOT_TOUCHED: Final = "host power not touched by this run"  # a run that never did either
 
 
+def ended_off(what: str, off_words: str) -> str:
+    """`what` (its reboot, its power cycle to generation N) ended with the host OFF, in words:
+    `off_words` are the custody's ("the host H is OFF: metalflow turned it off ..."), kept whole,
+    for the host's entity reads `is OFF` (`HOST_IS_OFF`) in an outcome. Before, `what ended with
+    {off_words}` read "ended with the host H is OFF" (issue 40, attack L5)."""
+    return f"{what} ended, and {off_words}"
+
+
 class PowerCustody(BaseModel):
     """The host power one run answers for (see the module docstring)."""
 
