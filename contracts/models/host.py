@@ -211,9 +211,7 @@ class OperationEnd(_Frozen):
     # operation's: its last reboot child's), None: not known. The entity's baseline at rest keeps
     # it, so a reset by hand right after our run is told at the next reading.
     last_reset_time: datetime | None = None
-    # A removal aborted after its first delete: DPF finishes the deletes sent (the entity records
-    # the DPUs removed, as after a completed removal: workflows/removal/workflow.py).
-    deletes_sent: bool = False
+    deletes_sent: bool = False  # a removal aborted after its first delete (its DPUs count as removed)
     cancelled: str = ""  # cancelled in Temporal yet completed (a reboot's cancel sent On), in words
 
 
