@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 from cli_support import METALFLOW, clean_env, run_metalflow
 from ports_support import free_port
+from sim_support import sim_http
 
 
 def three_ports() -> tuple[int, int, int]:
@@ -75,7 +76,7 @@ def power_cycles(host: str, state_dir: Path) -> int:
 def worker_ready(metrics_port: int) -> bool:
     """Whether the dev stack's worker answers 200 on /readyz (METALFLOW_METRICS_ADDRESS's port)."""
     try:
-        return httpx.get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2).status_code == 200
+        return sim_http().get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 

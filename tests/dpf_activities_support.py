@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sim_support import RunningSim
+from sim_support import RunningSim, tls_context
 from temporalio.testing import ActivityEnvironment
 
 from activities.dpf import DPFActivities
@@ -66,7 +66,7 @@ class Api:
 
     def __init__(self, sim: RunningSim) -> None:
         self.sim = sim
-        self.http = httpx.Client(base_url=sim.url, headers=sim.headers, timeout=10)
+        self.http = httpx.Client(base_url=sim.url, headers=sim.headers, timeout=10, verify=tls_context())
 
     def url(self, kind: str, name: str = "") -> str:
         return f"/apis/{PLURALS[kind].replace('/v1alpha1/', f'/v1alpha1/namespaces/{NS}/')}" + (
@@ -145,7 +145,7 @@ def power_cycle(sim: RunningSim, host_id: str) -> None:
     bmc = sim.host(host_id)["bmc"]
     creds = json.loads(Path(bmc["credentials"]["file"]).read_text())
     before = len(sim.power_log(host_id))
-    with httpx.Client(auth=(creds["username"], creds["password"]), timeout=10) as http:
+    with httpx.Client(auth=(creds["username"], creds["password"]), timeout=10, verify=tls_context()) as http:
         members = http.get(f"{bmc['endpoint']}/redfish/v1/Systems").json()["Members"]
         origin = httpx.URL(bmc["endpoint"]).copy_with(path="/")
         system = str(origin.join(members[0]["@odata.id"]))  # @odata.id is a path from the root

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-from sim_support import RunningSim
+from sim_support import RunningSim, sim_http
 from takeover_support import takeover_seconds
 from temporalio.client import Client
 
@@ -22,7 +22,7 @@ NS = DPF_NAMESPACE
 
 def api(sim: RunningSim, method: str, path: str, **kwargs: Any) -> httpx.Response:
     """A request to the simulated API as its admin (the kubeconfig's token)."""
-    return httpx.request(method, f"{sim.url}{path}", headers=sim.headers, timeout=10, **kwargs)
+    return sim_http().request(method, f"{sim.url}{path}", headers=sim.headers, timeout=10, **kwargs)
 
 
 def events_v1(sim: RunningSim, selector: str = "") -> list[dict[str, Any]]:

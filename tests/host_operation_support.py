@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from sim_support import RunningSim
+from sim_support import RunningSim, tls_context
 from takeover_support import takeover_seconds
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
@@ -190,7 +190,9 @@ async def reset_by_hand(sim: RunningSim, host_id: str, reset_type: str) -> httpx
     host = sim.host(host_id)
     user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
     base = host["bmc"]["endpoint"]
-    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+    async with httpx.AsyncClient(
+        auth=(user["username"], user["password"]), timeout=10, verify=tls_context()
+    ) as http:
         system = (await http.get(f"{base}/redfish/v1/Systems")).json()["Members"][0]["@odata.id"]
         return await http.post(f"{base}{system}/Actions/ComputerSystem.Reset", json={"ResetType": reset_type})
 
@@ -200,7 +202,9 @@ async def cycle_by_hand(sim: RunningSim, host_id: str) -> None:
     host = sim.host(host_id)
     user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
     base = host["bmc"]["endpoint"]
-    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+    async with httpx.AsyncClient(
+        auth=(user["username"], user["password"]), timeout=10, verify=tls_context()
+    ) as http:
         systems = (await http.get(f"{base}/redfish/v1/Systems")).json()
         system = systems["Members"][0]["@odata.id"]
         action = f"{base}{system}"  # each BMC is at the root of its own address

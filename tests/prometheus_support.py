@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 from ports_support import free_port
-from sim_support import stop_process
+from sim_support import sim_http, stop_process
 
 READY_SECONDS = 30
 
@@ -28,7 +28,7 @@ class RunningPrometheus:
     log: Path
 
     def get(self, path: str, **params: Any) -> Any:
-        response = httpx.get(f"{self.url}{path}", params=params, timeout=10)
+        response = sim_http().get(f"{self.url}{path}", params=params)
         response.raise_for_status()
         return response.json()["data"]
 
@@ -78,7 +78,7 @@ def running_prometheus(
             if process.poll() is not None:
                 raise RuntimeError(f"prometheus exited with {process.returncode}:\n{log.read_text()}")
             try:
-                if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                if sim_http().get(f"{url}/-/ready", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass

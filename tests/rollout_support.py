@@ -9,10 +9,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 from host_operation_support import wait_for_query
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, sim_http
 from takeover_support import takeover_seconds
 from temporalio.client import Client, WorkflowHandle
 
@@ -68,7 +67,7 @@ def wait_serving(sim: RunningSim, pcs: str, timeout: float = 60) -> None:
 
 def create_pcs(sim: RunningSim, body: dict[str, Any], timeout: float = 60) -> None:
     """Create a PodCliqueSet through the simulated API (as `kubectl apply` would), then wait."""
-    response = httpx.post(
+    response = sim_http().post(
         f"{sim.url}/apis/grove.io/v1alpha1/namespaces/default/podcliquesets",
         json=body,
         headers=sim.headers,
@@ -165,7 +164,7 @@ async def wait_for(
 
 
 def _list(sim: RunningSim, path: str, selector: str) -> dict[str, dict[str, Any]]:
-    response = httpx.get(
+    response = sim_http().get(
         f"{sim.url}{path}", params={"labelSelector": selector}, headers=sim.headers, timeout=10
     )
     response.raise_for_status()
@@ -197,7 +196,7 @@ def pod_hashes(sim: RunningSim, pcs: str, clique: str) -> set[str]:
 
 
 def pcs_object(sim: RunningSim, pcs: str) -> dict[str, Any]:
-    response = httpx.get(
+    response = sim_http().get(
         f"{sim.url}/apis/grove.io/v1alpha1/namespaces/default/podcliquesets/{pcs}",
         headers=sim.headers,
         timeout=10,
@@ -209,7 +208,7 @@ def pcs_object(sim: RunningSim, pcs: str) -> dict[str, Any]:
 
 def delete_pod(sim: RunningSim, name: str) -> None:
     """The pod-replacement fault: delete a pod as an eviction would (Grove replaces it)."""
-    httpx.delete(
+    sim_http().delete(
         f"{sim.url}/api/v1/namespaces/default/pods/{name}", headers=sim.headers, timeout=10
     ).raise_for_status()
 

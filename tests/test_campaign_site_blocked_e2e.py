@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 from events_support import emitting_worker, events_v1
 from host_operation_support import worker_for
-from sim_support import running_sim
+from sim_support import running_sim, sim_http
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from test_site_check import metalflow, rollout_env, site_file
@@ -62,7 +61,7 @@ async def test_a_running_campaign_skips_a_host_a_newer_check_blocks(
             )
             assert started.returncode == 0, started.stdout + started.stderr
             fault = f"{sim.url}/sim/faults/bmcs/sb-003/wrong-credentials"
-            httpx.post(fault, timeout=10).raise_for_status()
+            sim_http().post(fault).raise_for_status()
             checked = await metalflow(env, "site", "check", "--timeout", "5")
             assert checked.returncode == 1, checked.stdout + checked.stderr  # the check's own status
             told = f"told campaign campaign/{name}: sb-003 skipped: reprovision is blocked on it"
@@ -77,7 +76,7 @@ async def test_a_running_campaign_skips_a_host_a_newer_check_blocks(
             assert not sb003["workflow_id"], sb003  # reprovision/sb-003 never started
             # README's remedy: fixed, checked again, run in a new campaign. The campaign gave up
             # sb-003's claim as it skipped it (it still runs, in its soak), so the new one takes it.
-            httpx.post(f"{sim.url}/sim/faults/bmcs/sb-003/clear", timeout=10).raise_for_status()
+            sim_http().post(f"{sim.url}/sim/faults/bmcs/sb-003/clear").raise_for_status()
             again = await metalflow(env, "site", "check", "--timeout", "5")
             assert again.returncode == 0, again.stdout + again.stderr
             planned = await metalflow(

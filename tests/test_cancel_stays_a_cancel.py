@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import asyncio
 
-import httpx
 from cli_support import metalflow, shown_state
 from host_operation_support import worker_for
 from module_site_support import ModuleSite
-from sim_support import RunningSim
+from sim_support import RunningSim, sim_http
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -55,7 +54,7 @@ async def _phase(env: WorkflowEnvironment, workflow_id: str) -> str:
 
 def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
     """`metalflow sim fault bmc BMC FAULT` (the endpoint it posts to)."""
-    httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+    sim_http().post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}").raise_for_status()
 
 
 async def _left_off_by_an_aborted_reset(env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> None:

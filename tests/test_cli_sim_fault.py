@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from cli_support import METALFLOW, clean_env, run_metalflow
 from ports_support import free_port
+from sim_support import sim_http
 
 from metalflow.devstack.sim import read_sim_info
 
@@ -49,7 +49,7 @@ def _get(state: Path, path: str) -> list[dict[str, Any]]:
     """A list from the site's Kubernetes API, with the admin token its kubeconfig holds."""
     config = yaml.safe_load((state / "kubeconfig").read_text())
     headers = {"Authorization": f"Bearer {config['users'][0]['user']['token']}"}
-    response = httpx.get(read_sim_info(state)["url"] + path, headers=headers, timeout=10)
+    response = sim_http().get(read_sim_info(state)["url"] + path, headers=headers)
     response.raise_for_status()
     items: list[dict[str, Any]] = response.json()["items"]
     return items

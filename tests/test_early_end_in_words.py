@@ -15,11 +15,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from cli_support import metalflow, use_site_file
 from host_operation_support import worker_for
-from sim_support import RunningSim, prefixed_sim
+from sim_support import RunningSim, prefixed_sim, sim_http
 from temporalio.testing import WorkflowEnvironment
 
 HOST, FIRST, SECOND = "why-001", "why-001-dpu-0", "why-001-dpu-1"
@@ -37,7 +36,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 async def test_a_reset_ended_by_rejected_credentials_says_so_and_what_it_had_done(
     local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
 ) -> None:
-    httpx.post(f"{sim.url}/sim/faults/bmcs/{SECOND}/wrong-credentials", timeout=10).raise_for_status()
+    sim_http().post(f"{sim.url}/sim/faults/bmcs/{SECOND}/wrong-credentials").raise_for_status()
     cause = "BMCAuthenticationFailed: "
     # The reset reads every chosen DPU's BMC before it sends anything (issue 36 point 1): the
     # second DPU's rejected credentials end it there, nothing reset, the host never turned off.

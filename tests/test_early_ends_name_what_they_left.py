@@ -28,12 +28,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 from cli_support import metalflow, shown_state
 from events_support import emitting_worker, events_v1
 from host_operation_support import worker_for
 from module_site_support import ModuleSite
-from sim_support import RunningSim
+from sim_support import RunningSim, sim_http
 from site_worker_support import FAST_POLICY
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -56,7 +55,7 @@ sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it ask
 
 def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
     """`metalflow sim fault bmc BMC FAULT` (the endpoint it posts to)."""
-    httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+    sim_http().post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}").raise_for_status()
 
 
 async def _until_phase(env: WorkflowEnvironment, host: str, phase: str, seconds: float = 20) -> None:

@@ -14,11 +14,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from cli_support import ended, metalflow, until_shown, use_site_file
 from host_operation_support import worker_for
-from sim_support import RunningSim, prefixed_sim
+from sim_support import RunningSim, prefixed_sim, sim_http
 from temporalio.testing import WorkflowEnvironment
 
 PREFIX = f"fwa{uuid.uuid4().hex[:5]}"
@@ -44,7 +43,7 @@ def _waiting_for_dpus(shown: dict[str, object]) -> bool:
 async def test_a_firmware_run_waiting_for_its_dpus_after_the_power_cycle_takes_host_abort(
     local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
 ) -> None:
-    httpx.post(f"{sim.url}/sim/faults/dpus/{HOST}-dpu-0/node-effect", timeout=10).raise_for_status()
+    sim_http().post(f"{sim.url}/sim/faults/dpus/{HOST}-dpu-0/node-effect").raise_for_status()
     async with worker_for(local_env.client, task_queue, sim):
         started = await metalflow(
             local_env, "host", "firmware", HOST, "--version", TARGET, "--image", IMAGE,

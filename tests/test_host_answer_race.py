@@ -14,12 +14,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import pytest
 from cli_support import metalflow, shown_state
 from host_operation_support import worker_for
 from module_site_support import ModuleSite
-from sim_support import RunningSim
+from sim_support import RunningSim, sim_http
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
@@ -37,7 +36,7 @@ POLICY = OperationPolicy(power_down_wait_seconds=1.0, power_on_retry_seconds=(0.
 
 
 def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
-    httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+    sim_http().post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}").raise_for_status()
 
 
 async def _until_off_said(env: WorkflowEnvironment, host: str, workflow_id: str) -> None:

@@ -16,12 +16,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import httpx
 import pytest
 from cli_support import Result, metalflow, shown_state
 from host_operation_support import reset_by_hand, worker_for
 from module_site_support import ModuleSite
-from sim_support import RunningSim
+from sim_support import RunningSim, sim_http
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowFailureError, WorkflowHandle
@@ -51,7 +50,7 @@ sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it ask
 
 def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
     """`metalflow sim fault bmc BMC FAULT` (the endpoint it posts to)."""
-    httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+    sim_http().post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}").raise_for_status()
 
 
 @asynccontextmanager

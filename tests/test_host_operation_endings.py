@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from dpf_activities_support import REBOOT, Api, annotation
@@ -30,7 +29,7 @@ from host_operation_support import (
     wait_for_status,
     worker_for,
 )
-from sim_support import RunningSim, prefixed_sim, running_sim, site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim, running_sim, sim_http, site_file_with_prefix
 from takeover_support import takeover_seconds
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -305,14 +304,14 @@ async def test_abort_while_a_kubernetes_write_hangs_waits_for_it_and_ends_with_n
     H1, H2 = hosts  # noqa: N806 - the module's names for the pair
     hold = f"{ready_site.url}/sim/faults/api/hold-writes"
     async with worker_for(client, task_queue, ready_site):
-        httpx.post(hold, json={"next": 1}, timeout=10).raise_for_status()
+        sim_http().post(hold, json={"next": 1}).raise_for_status()
         try:
             handle = await start_operation(client, task_queue, H2, REPROVISION, id_suffix=_suffix())
 
             held: list[str] = []
 
             async def held_call() -> bool:
-                if httpx.get(hold, timeout=10).json()["held"] != 1:
+                if sim_http().get(hold).json()["held"] != 1:
                     return False
                 pending = (await handle.describe()).raw_description.pending_activities
                 joins = "join_site_dpf_watch"
@@ -333,7 +332,7 @@ async def test_abort_while_a_kubernetes_write_hangs_waits_for_it_and_ends_with_n
             await asyncio.sleep(2)  # time enough for a cleanup that would not wait
             while_held = await handle.describe()
         finally:
-            httpx.post(hold, json={"next": 0}, timeout=10).raise_for_status()
+            sim_http().post(hold, json={"next": 0}).raise_for_status()
         aborted = await aborted_run(handle)
         final = await wait_for_status(handle, lambda s: s.phase == "aborted", "phase aborted")
         ended = await handle.describe()

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 from host_operation_support import FAST_POLICY, power_cycles, start_operation, status_of, wait_for_status
 from ports_support import free_port
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, sim_http
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -146,7 +145,7 @@ async def deadline(check: Callable[[], Awaitable[bool]], what: str, timeout: flo
 
 def dpu_phases(sim: RunningSim, host_id: str) -> list[str]:
     """The phases of the host's DPUs as DPF (the simulated cluster) has them, not as Temporal saw them."""
-    response = httpx.get(
+    response = sim_http().get(
         f"{sim.url}/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus",
         params={"labelSelector": f"provisioning.dpu.nvidia.com/dpunode-name=node-{host_id}"},
         headers=sim.headers,

@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from bmc_lease_support import HOSTS, lease_of, lease_status, one_slot_held
@@ -37,7 +36,7 @@ from host_operation_support import (
     wait_for_query,
     worker_for,
 )
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, sim_http
 from takeover_support import takeover_seconds
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowFailureError
@@ -90,7 +89,7 @@ def one_dpu_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSi
 
 
 def dpu_bmc(sim: RunningSim, dpu_id: str) -> dict[str, Any]:
-    response = httpx.get(f"{sim.url}/sim/dpu-bmcs/{dpu_id}", timeout=10)
+    response = sim_http().get(f"{sim.url}/sim/dpu-bmcs/{dpu_id}")
     response.raise_for_status()
     found: dict[str, Any] = response.json()
     return found
@@ -177,7 +176,7 @@ async def test_a_paused_dpu_is_recovered_by_its_arm_reset(
 ) -> None:
     dpu0 = "host-003-dpu-0"  # host-003: test_refused_while_a_dpu_installs has hosts 1 and 2
     with nullcontext(one_dpu_site) as sim:
-        httpx.post(f"{sim.url}/sim/faults/dpu-bmcs/{dpu0}/paused", timeout=10).raise_for_status()
+        sim_http().post(f"{sim.url}/sim/faults/dpu-bmcs/{dpu0}/paused").raise_for_status()
         async with worker_for(client, task_queue, sim), entity(client, task_queue, "host-003") as entities:
             await ask_reset(
                 entities, "host-003", ResetRequest(requested_by="pytest", target=ResetTarget.ALL_DPUS)
@@ -241,13 +240,13 @@ async def test_refused_while_a_dpu_installs_and_held_for_approval_on_an_assigned
         # A DPU in an install phase: the reset is refused before anything is touched.
         dpu = "node-host-001-device-host-001-dpu-0"
         sim.inject(f"dpus/{dpu}/phase", {"phase": "OS Installing", "seconds": 60})
-        httpx.delete(
+        sim_http().delete(
             f"{sim.url}/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus/{dpu}",
             headers=sim.headers, timeout=10,
         ).raise_for_status()  # fmt: skip
 
         async def installing() -> bool:
-            got = httpx.get(
+            got = sim_http().get(
                 f"{sim.url}/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus/{dpu}",
                 headers=sim.headers, timeout=10,
             )  # fmt: skip

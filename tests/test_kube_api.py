@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from kube_support import FIXTURES, KubeServer, kube_server
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
+from sim_support import sim_http
 
 G, V = "provisioning.dpu.nvidia.com", "v1alpha1"
 NS = "dpf-operator-system"
@@ -114,17 +114,17 @@ def test_merge_and_json_patch(server: KubeServer, crd: Any) -> None:
 
 def test_strategic_merge_patch_is_415_for_custom_resources(server: KubeServer, crd: Any) -> None:
     crd.create_namespaced_custom_object(G, V, NS, "dpus", dpu())
-    resp = httpx.patch(
+    resp = sim_http().patch(
         f"{server.url}/apis/{G}/{V}/namespaces/{NS}/dpus/host-001-dpu-0",
         content=b'{"spec": {"bfb": "x"}}',
         headers={"Content-Type": "application/strategic-merge-patch+json"},
     )
     assert resp.status_code == 415 and resp.json()["reason"] == "UnsupportedMediaType"
-    resp = httpx.post(f"{server.url}/apis/{G}/{V}/namespaces/{NS}/dpus", content=b"{not json")
+    resp = sim_http().post(f"{server.url}/apis/{G}/{V}/namespaces/{NS}/dpus", content=b"{not json")
     assert resp.status_code == 400 and resp.json()["kind"] == "Status"
-    resp = httpx.get(f"{server.url}/apis/{G}/{V}/namespaces/{NS}/nothings")
+    resp = sim_http().get(f"{server.url}/apis/{G}/{V}/namespaces/{NS}/nothings")
     assert resp.status_code == 404 and resp.json()["reason"] == "NotFound"
-    resp = httpx.put(f"{server.url}/apis/{G}/{V}/namespaces/{NS}/dpus", content=b"{}")
+    resp = sim_http().put(f"{server.url}/apis/{G}/{V}/namespaces/{NS}/dpus", content=b"{}")
     assert resp.status_code == 405 and resp.json()["reason"] == "MethodNotAllowed"
 
 

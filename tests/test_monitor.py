@@ -9,11 +9,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from host_operation_support import save_history
 from monitor_support import STOP, start_monitor, status_of
-from sim_support import RunningSim, prefixed_sim
+from sim_support import RunningSim, prefixed_sim, sim_http
 from site_worker_support import DPU, FAST_POLICY, SiteView, eventually, site_worker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -311,14 +310,14 @@ async def test_an_abort_while_the_label_write_hangs_waits_for_it_and_ends_with_n
     async with site_worker(client, task_queue, sim):
         handle = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=3600))
         await eventually(lambda: view.node_labels(host), lambda labels: labels.get(POOL_LABEL) == "in-pool")
-        httpx.post(hold, json={"next": 1}, timeout=10).raise_for_status()
+        sim_http().post(hold, json={"next": 1}).raise_for_status()
         try:
             sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
 
             async def write_held() -> bool:
                 pending = (await handle.describe()).raw_description.pending_activities
                 writing = any(p.activity_type.name == "set_host_pool_state" for p in pending)
-                return writing and httpx.get(hold, timeout=10).json()["held"] == 1
+                return writing and sim_http().get(hold).json()["held"] == 1
 
             await eventually(write_held, lambda held: held)
             await execute_update(handle, "abort", STOP)
@@ -331,7 +330,7 @@ async def test_an_abort_while_the_label_write_hangs_waits_for_it_and_ends_with_n
             while_held = await handle.describe()
             scheduled_while_held = (await events()).count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
         finally:
-            httpx.post(hold, json={"next": 0}, timeout=10).raise_for_status()
+            sim_http().post(hold, json={"next": 0}).raise_for_status()
         stopped = await asyncio.wait_for(handle.result(), 60)
         ended = await handle.describe()
         history = await events()
@@ -357,6 +356,6 @@ async def test_an_abort_while_the_label_write_hangs_waits_for_it_and_ends_with_n
 def test_hold_writes_refuses_a_bad_count_and_changes_nothing(sim: RunningSim) -> None:
     hold = f"{sim.url}/sim/faults/api/hold-writes"
     for bad in ({"next": -1}, {"next": "2"}, {"next": True}, {"nothing": 1}):
-        refused = httpx.post(hold, json=bad, timeout=10)
+        refused = sim_http().post(hold, json=bad)
         assert refused.status_code == 400 and "whole number" in refused.json()["error"], bad
-    assert httpx.get(hold, timeout=10).json() == {"held": 0, "to_hold": 0}
+    assert sim_http().get(hold).json() == {"held": 0, "to_hold": 0}

@@ -21,7 +21,7 @@ from cli_support import shown_state
 from host_operation_support import reset_by_hand
 from module_site_support import ModuleSite
 from monitor_support import status_of
-from sim_support import RunningSim
+from sim_support import RunningSim, sim_http
 from site_worker_support import FAST_POLICY, eventually
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
@@ -49,7 +49,7 @@ async def _ok(env: WorkflowEnvironment, task_queue: str, by: str, *args: str) ->
 
 def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
     """`metalflow sim fault bmc BMC FAULT` (the endpoint it posts to)."""
-    httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+    sim_http().post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}").raise_for_status()
 
 
 async def _idle(env: WorkflowEnvironment, host: str) -> dict[str, Any]:

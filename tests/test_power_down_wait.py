@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import httpx
 import pytest
 from host_operation_support import FAST_POLICY, power_cycles, start_reboot
 from ports_support import free_port
-from sim_support import RunningSim, running_sim, start_dev_server
+from sim_support import RunningSim, running_sim, sim_http, start_dev_server
 from takeover_support import takeover_seconds
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
@@ -70,7 +69,7 @@ def heartbeats(metrics_url: str) -> int:
     """Heartbeat requests the server's frontend served in the `default` namespace (all of them
     reached it); the kill test's run, in its own namespace, is not counted."""
     found = 0.0
-    for line in httpx.get(metrics_url, timeout=10).text.splitlines():
+    for line in sim_http().get(metrics_url).text.splitlines():
         if (
             line.startswith("service_requests{")
             and 'service_name="frontend"' in line

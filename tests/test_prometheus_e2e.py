@@ -27,14 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from cli_support import METALFLOW
 from dev_support import alive, assert_one_stack_found_by_every_command, listening, ready, worker_ready
 from ports_support import free_port
 from prometheus_support import RunningPrometheus, running_prometheus
-from sim_support import stop_process
+from sim_support import sim_http, stop_process
 
 from contracts.models.control import RETRY_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
@@ -210,7 +209,7 @@ async def test_a_host_in_manual_intervention_fires_the_alert_and_resolves_and_si
         )
     await client.get_workflow_handle(f"host/{HOST}").terminate("test over")
     print(f"alert firing after {fired_after:.1f} s, resolved after {resolved_after:.1f} s")
-    _readme_matches(scraped, httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=10).text)
+    _readme_matches(scraped, sim_http().get(f"http://127.0.0.1:{metrics}/metrics").text)
 
     # SIGTERM (a service manager's stop) stops everything the stack started.
     dev_stack.process.send_signal(signal.SIGTERM)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 import yaml
-from sim_support import running_sim
+from sim_support import running_sim, sim_http
 
 from drivers.site_file import Site as ProductSite
 from simulators.redfish.standalone import serve_bmcs
@@ -60,15 +60,19 @@ def test_the_site_serves_dpus_without_bmcs_and_the_product_reads_them(tmp_path: 
         assert product.hosts[0].dpus[0].bmc is None
         assert product.hosts[1].dpus[0].bmc is not None
         # The simulator has no BMC for that DPU, and says so.
-        missing = httpx.get(f"{sim.url}/sim/bmcs/host-001-dpu-0/load", timeout=10)
+        missing = sim_http().get(f"{sim.url}/sim/bmcs/host-001-dpu-0/load")
         assert missing.status_code == 404 and "host-001-dpu-0" in missing.text
-        assert httpx.get(f"{sim.url}/sim/bmcs/host-002-dpu-0/load", timeout=10).status_code == 200
+        assert sim_http().get(f"{sim.url}/sim/bmcs/host-002-dpu-0/load").status_code == 200
         # DPF's objects of that DPU were made (no BMC address to give them).
-        devices = httpx.get(
-            f"{sim.url}/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpudevices",
-            headers=sim.headers,
-            timeout=10,
-        ).json()["items"]
+        devices = (
+            sim_http()
+            .get(
+                f"{sim.url}/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpudevices",
+                headers=sim.headers,
+                timeout=10,
+            )
+            .json()["items"]
+        )
         by_name = {d["metadata"]["name"]: d["spec"] for d in devices}
         assert "bmcIp" not in by_name["device-host-001-dpu-0"]
         # The host's own BMC still power-cycles it.

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from cli_support import run_metalflow
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, sim_http
 
 DPUS = "/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus"
 MAINTENANCE = "/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpunodemaintenances"
@@ -51,7 +51,7 @@ def _fault(sim: RunningSim, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _faults_of(sim: RunningSim, bmc: str) -> dict[str, Any]:
-    found: dict[str, Any] = httpx.get(f"{sim.url}/sim/bmcs/{bmc}/faults", timeout=10).json()
+    found: dict[str, Any] = sim_http().get(f"{sim.url}/sim/bmcs/{bmc}/faults").json()
     return found
 
 
@@ -138,7 +138,7 @@ def test_an_unreachable_bmc_answers_nothing_then_comes_back(sim: RunningSim) -> 
 
 
 def _dpu(sim: RunningSim, dpu_id: str) -> dict[str, Any]:
-    items = httpx.get(sim.url + DPUS, headers=sim.headers, timeout=10).json()["items"]
+    items = sim_http().get(sim.url + DPUS, headers=sim.headers).json()["items"]
     for obj in items:
         if obj["metadata"]["labels"]["provisioning.dpu.nvidia.com/dpudevice-name"] == f"device-{dpu_id}":
             return dict(obj)
@@ -150,10 +150,10 @@ def _reinstall(sim: RunningSim, dpu_id: str) -> str:
     node-effect hold; DPF creates it again and installs it. Its phase once the install ended:
     `Error`, or `Rebooting` (installed; the host's reboot is the reprovision's next step)."""
     old = _dpu(sim, dpu_id)["metadata"]
-    httpx.delete(f"{sim.url}{DPUS}/{old['name']}", headers=sim.headers, timeout=10).raise_for_status()
+    sim_http().delete(f"{sim.url}{DPUS}/{old['name']}", headers=sim.headers).raise_for_status()
     node = old["name"].removesuffix(f"-device-{dpu_id}")
     for _ in range(300):
-        release = httpx.patch(
+        release = sim_http().patch(
             f"{sim.url}{MAINTENANCE}/{node}-hold", json={"metadata": {"annotations": {HOLD: "false"}}},
             headers=sim.headers | {"Content-Type": "application/merge-patch+json"}, timeout=10,
         )  # fmt: skip

@@ -37,12 +37,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from cli_support import run_in_command_server
 from events_support import emitting_worker, events_v1
 from host_operation_support import worker_for
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, sim_http
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -224,8 +223,10 @@ async def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capabil
     sim: RunningSim, local_env: WorkflowEnvironment
 ) -> None:
     for bmc_id, fault in (("sc-001", "wrong-credentials"), ("sc-005-dpu-0", "unreachable")):
-        httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/{fault}", timeout=10).raise_for_status()
-    httpx.post(f"{sim.url}/sim/faults/dpu-bmcs/sc-004-dpu-0/no-powercycle", timeout=10).raise_for_status()
+        sim_http().post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/{fault}").raise_for_status()
+    sim_http().post(
+        f"{sim.url}/sim/faults/dpu-bmcs/sc-004-dpu-0/no-powercycle", timeout=10
+    ).raise_for_status()
     audit_before = sim.audit()
     try:
         result = await check(sim, "site", "check", "--timeout", "5")
@@ -262,7 +263,7 @@ async def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capabil
         assert "refuses the stored credentials" in left["sc-001"], left
     finally:
         for bmc_id in ("sc-001", "sc-005-dpu-0"):
-            httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/clear", timeout=10).raise_for_status()
+            sim_http().post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/clear").raise_for_status()
 
 
 async def test_another_site_files_check_is_kept_apart_and_a_host_added_since_is_not_checked(

@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
 from host_operation_support import worker_for
-from sim_support import running_sim
+from sim_support import running_sim, sim_http
 from temporalio.testing import WorkflowEnvironment
 from test_site_check import check, metalflow, rollout_env, site_file
 
@@ -36,7 +35,7 @@ async def test_approve_is_judged_by_the_kept_site_check(
                 held = await metalflow(env, "host", "reboot", host, *queue)
                 assert held.returncode == 0 and "awaits approval" in held.stdout, held.stdout + held.stderr
             fault = f"{sim.url}/sim/faults/bmcs/sa-001/wrong-credentials"
-            httpx.post(fault, timeout=10).raise_for_status()
+            sim_http().post(fault).raise_for_status()
             assert (await check(sim, "site", "check", "--timeout", "5")).returncode == 1
             refused = await metalflow(env, "approve", "sa-001", *queue)
             assert refused.returncode == 1, refused.stdout + refused.stderr

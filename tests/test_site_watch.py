@@ -12,11 +12,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from host_operation_support import save_history
 from monitor_support import STOP, start_monitor, status_of
-from sim_support import RunningSim, prefixed_sim
+from sim_support import RunningSim, prefixed_sim, sim_http
 from site_worker_support import DPUNODE, SiteView, all_workflows, eventually, settings_for, site_worker
 from takeover_support import sticky_timeout
 from temporalio.api.enums.v1 import EventType
@@ -52,7 +51,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 
 def open_watches(sim: RunningSim, baseline: dict[str, int] | None = None) -> dict[str, int]:
     """Watch streams open now, less `baseline` (the simulator's own controllers watch the store too)."""
-    response = httpx.get(f"{sim.url}/sim/kube/watches", timeout=10)
+    response = sim_http().get(f"{sim.url}/sim/kube/watches")
     response.raise_for_status()
     found: dict[str, int] = response.json()
     base = baseline or {}
@@ -60,7 +59,7 @@ def open_watches(sim: RunningSim, baseline: dict[str, int] | None = None) -> dic
 
 
 def control(sim: RunningSim, path: str) -> None:
-    httpx.post(f"{sim.url}/sim/faults/{path}", timeout=10).raise_for_status()
+    sim_http().post(f"{sim.url}/sim/faults/{path}").raise_for_status()
 
 
 def phases(status: HostMonitorStatus) -> dict[str, str]:

@@ -21,11 +21,10 @@ import asyncio
 import json
 from typing import Any
 
-import httpx
 from cli_support import Result, metalflow, shown_state
 from host_operation_support import reset_by_hand, worker_for
 from module_site_support import ModuleSite
-from sim_support import RunningSim
+from sim_support import RunningSim, sim_http
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
@@ -44,7 +43,7 @@ POLICY = OperationPolicy(power_down_wait_seconds=1.0, power_on_retry_seconds=(0.
 
 def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
     """`metalflow sim fault bmc BMC FAULT` (the endpoint it posts to)."""
-    httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+    sim_http().post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}").raise_for_status()
 
 
 async def _cli(env: WorkflowEnvironment, *args: str) -> Result:

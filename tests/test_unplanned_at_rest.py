@@ -25,12 +25,11 @@ import asyncio
 import uuid
 from typing import Any
 
-import httpx
 from cli_support import run_metalflow
 from events_support import emitting_worker, events_v1
 from host_operation_support import reset_by_hand
 from module_site_support import ModuleSite
-from sim_support import RunningSim
+from sim_support import RunningSim, sim_http
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -106,7 +105,7 @@ async def test_a_dpu_reset_by_hand_at_rest_is_told_once_naming_the_dpu(
     await _reads_after(handle, 2)  # a baseline, and a reading compared with it
     assert (await _status(entities, DPU_BY_HAND)).unplanned_power == ""
     await asyncio.sleep(1.1)  # the marks are written to the second: the reset's is a new one
-    httpx.post(f"{sim.url}/sim/faults/dpu-bmcs/{_dpu(DPU_BY_HAND)}/reset", timeout=10).raise_for_status()
+    sim_http().post(f"{sim.url}/sim/faults/dpu-bmcs/{_dpu(DPU_BY_HAND)}/reset").raise_for_status()
     for _ in range(150):
         status = await _status(entities, DPU_BY_HAND)
         if status.unplanned_power:

@@ -42,7 +42,7 @@ import httpx
 import pytest
 from events_support import emitting_worker, events_v1
 from host_operation_support import FAST_POLICY, reset_by_hand, start_reboot
-from sim_support import RunningSim, prefixed_sim
+from sim_support import RunningSim, prefixed_sim, sim_http
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
@@ -85,7 +85,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 
 
 def bmc_fault(sim: RunningSim, host: str, fault: str) -> httpx.Response:
-    return httpx.post(f"{sim.url}/sim/faults/bmcs/{host}/{fault}", timeout=10)
+    return sim_http().post(f"{sim.url}/sim/faults/bmcs/{host}/{fault}")
 
 
 async def reboot_fought(
