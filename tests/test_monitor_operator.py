@@ -27,7 +27,7 @@ import pytest
 from cli_support import metalflow, use_site_file
 from dpf_activities_support import Api
 from monitor_support import STOP, start_monitor, status_of
-from sim_support import RunningSim, prefixed_sim
+from sim_support import RunningSim, prefixed_sim, sim_http
 from site_worker_support import FAST_POLICY, eventually, site_worker
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
@@ -451,7 +451,7 @@ async def test_a_reset_of_every_dpu_leaves_out_the_one_dpf_no_longer_has(
 
 
 def sim_dpu_bmc(sim: RunningSim, dpu_id: str) -> dict[str, Any]:
-    response = httpx.get(f"{sim.url}/sim/dpu-bmcs/{dpu_id}", timeout=10)
+    response = sim_http().get(f"{sim.url}/sim/dpu-bmcs/{dpu_id}")
     response.raise_for_status()
     found: dict[str, Any] = response.json()
     return found

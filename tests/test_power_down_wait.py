@@ -196,6 +196,9 @@ async def test_a_worker_killed_while_the_host_is_off_still_cycles_once(
     off, on = (datetime.fromisoformat(t.replace("Z", "+00:00")) for t in run.said)
     logged = {e["to"]: datetime.fromisoformat(e["time"]) for e in run.log}
     assert abs((off - logged["Off"]).total_seconds()) <= 2, (run.said, logged)
-    assert abs((on - off).total_seconds() - WAIT) <= 2, run.said
+    # At least the wait, counted from the Off: when the kill lands between the BMC's Off and the
+    # run's record of it, the new worker learns the Off a takeover later and the wait runs from
+    # then (a longer Off, never a shorter one); a full run with 7 workers saw 30 s for a 20 s wait.
+    assert (on - off).total_seconds() >= WAIT - 1, run.said
     assert (logged["On"] - on).total_seconds() <= 5, (run.said, logged)  # On when it said: not later
     assert site.violations() == []
