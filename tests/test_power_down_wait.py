@@ -189,7 +189,11 @@ async def test_a_worker_killed_while_the_host_is_off_still_cycles_once(
     run = await killed_run
     log = [(e["from"], e["to"]) for e in run.log]
     assert log == [("On", "Off"), ("Off", "On")], log
-    assert run.method == "bmc:ForceOff+On"
+    # The ForceOff's step is not confirmed before it is sent (repeating it is harmless: module
+    # docstring of drivers/redfish/powercycle.py), so a worker killed right after sending it may
+    # take its record along; the next attempt finds the host Off and sends On: "bmc:On". The log
+    # above is the claim: one Off, one On. A full run on a loaded machine saw "bmc:On".
+    assert run.method in ("bmc:ForceOff+On", "bmc:On"), run.method
     assert run.off_seconds >= WAIT - 1
     # Issue 38: after a restart `--wait` read "On in 20 s", as if the wait began anew. It did
     # not (a durable timer from the Off), and the words now say so: since when Off, when On.

@@ -157,6 +157,9 @@ def _reinstall(sim: RunningSim, dpu_id: str) -> str:
             f"{sim.url}{MAINTENANCE}/{node}-hold", json={"metadata": {"annotations": {HOLD: "false"}}},
             headers=sim.headers | {"Content-Type": "application/merge-patch+json"}, timeout=10,
         )  # fmt: skip
+        if release.status_code == 404:  # the hold between DPF's delete and its new one: next round
+            time.sleep(0.1)
+            continue
         release.raise_for_status()
         again = _dpu(sim, dpu_id)
         phase = again.get("status", {}).get("phase")
