@@ -18,6 +18,8 @@ PYTEST_ARGS ?=
 # and more contention) and one test that waits on its server failed. Since then the tests wait
 # more than they compute: 2026-11-29, 4 workers used 866 CPU-s in 704 s (1.2 of the 2 cores) for
 # 1,907 tests, so a fifth worker fills waits rather than queueing for the cores: FIVE_WORKERS.
+# More is not faster: 2026-11-30, 7 workers took 745 s of pytest with 3 tests failed (the cores
+# saturate; the tests' own CPU, not their waits, bounds the run), 5 workers 567-587 s, green.
 PYTEST_WORKERS ?= 5
 # The tests write and reuse bytecode files (__pycache__/, git-ignored) even where the environment
 # says not to (PYTHONDONTWRITEBYTECODE=1, as on this machine and in CI): every process the suite
