@@ -31,7 +31,7 @@ BYTECODE := PYTHONDONTWRITEBYTECODE=
 # --no-loadscope-reorder keeps that order instead of xdist's most-tests-first, which left the
 # longest one- and two-test modules to the end of the run.
 
-.PHONY: demo test check lint typecheck pytest fast install clean bench chaos prometheus-tools
+.PHONY: demo test check lint typecheck pytest fast install clean bench chaos prometheus-tools kubectl-tool
 
 demo: $(STAMP)
 	$(BIN)/metalflow dev --metrics-port $(METRICS_PORT) $(DEMO_ARGS)
@@ -57,7 +57,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP) prometheus-tools
+pytest: $(STAMP) prometheus-tools kubectl-tool
 	$(BYTECODE) $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 install: $(STAMP)
@@ -74,6 +74,20 @@ prometheus-tools:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
 	else \
 		echo "promtool and prometheus are needed by the tests: install Prometheus 2.x (README, Observability)" >&2; \
+		exit 1; \
+	fi
+
+# kubectl (the fidelity tests run the real client against the simulated API; the deploy tests render
+# with `kubectl kustomize`), from the OS package `kubectl` where apt knows it; elsewhere install it
+# yourself so it is on PATH (README, Two commands).
+kubectl-tool:
+	@if command -v kubectl >/dev/null; then exit 0; fi; \
+	if command -v apt-get >/dev/null; then \
+		echo "installing kubectl from the OS packages"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends kubectl >/dev/null; \
+	else \
+		echo "kubectl is needed by the tests: install it so it is on PATH (README, Two commands)" >&2; \
 		exit 1; \
 	fi
 
