@@ -187,8 +187,9 @@ async def test_a_host_operation_under_a_degraded_verdict_says_so_in_its_start_ev
         assert (await check(small, "site", "check")).returncode == 0  # the kept findings: reboot degraded
         env = rollout_env(small, local_env)
         async with emitting_worker(local_env.client, task_queue, small):
+            # 10 s: a 3 s wait ended before `host status` saw the reboot in one full run this stop.
             command = [sys.executable, "-m", "metalflow", "host", "reboot", "sc-601", "--power-down-wait",
-                       "3", "--wait", "--task-queue", task_queue]  # fmt: skip
+                       "10", "--wait", "--task-queue", task_queue]  # fmt: skip
             running = asyncio.ensure_future(
                 asyncio.to_thread(
                     subprocess.run, command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT
