@@ -29,7 +29,9 @@ from rollout_support import (
 )
 from sim_support import RunningSim
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.testing import ActivityEnvironment
 
+from activities.grove.operations import GroveActivities
 from contracts import names
 from contracts.models.control import (
     ABORT_UPDATE,
@@ -38,8 +40,10 @@ from contracts.models.control import (
     OperatorAnswer,
     OperatorRequest,
 )
-from contracts.models.grove import ROLLBACK_UPDATE
+from contracts.models.grove import ROLLBACK_UPDATE, PCSRef, RollGangInput
 from contracts.with_start import execute_update
+from drivers.kube import Kube
+from drivers.settings import Settings
 
 KUBECTL = "/usr/bin/kubectl"
 NEW = {"prefill": "registry.local/worker:2.0", "decode": "registry.local/worker:2.0"}
@@ -76,6 +80,60 @@ def images(sim: RunningSim) -> dict[str, str]:
         c["name"]: c["spec"]["podSpec"]["containers"][0]["image"]
         for c in pcs_object(sim, "inference")["spec"]["template"]["cliques"]
     }
+
+
+async def hold_a_tail_in_flight(
+    sim: RunningSim, handle: WorkflowHandle[Any, Any], original: dict[str, str]
+) -> str:
+    """Until a step is done and replica 0's next PodGang, a tail held by the `never-available`
+    fault (injected by `hold_tails`), is in flight with its stale pods already removed. A
+    template edit made now lands while the rollout waits on that step, never between its
+    planning and its deletions: `roll_podgang` checks the generation last, but one round trip
+    (its read, then the delete) no client can close, as Kubernetes has no precondition across
+    two objects, and an edit landing in it would be the edit's doing (GREP-393 order, recorded by
+    the simulator), not what these tests look at."""
+    held = await wait_for(handle, lambda s: s.steps_done >= 1 and bool(s.in_flight), "a tail in flight")
+    [tail] = held.in_flight
+    assert tail in tails_of(sim, 0), held
+
+    def removed() -> bool:
+        return all(
+            p["metadata"]["labels"]["grove.io/pod-template-hash"] != original.get(n.split("-")[-2])
+            and not p["metadata"].get("deletionTimestamp")
+            for n, p in pods(sim, "inference", f"grove.io/podgang={tail}").items()
+        )
+
+    deadline = time.monotonic() + 60
+    while not await asyncio.to_thread(removed):
+        assert time.monotonic() < deadline, f"the stale pods of {tail} not removed in 60 s"
+        await asyncio.sleep(0.1)
+    return tail
+
+
+def tails_of(sim: RunningSim, replica: int) -> list[str]:
+    return [
+        n
+        for n, g in sorted(gangs(sim, "inference").items())
+        if g["metadata"]["labels"]["grove.io/podcliqueset-replica-index"] == str(replica)
+        and g["metadata"]["labels"]["grove.io/podgang-role"] == "Tail"
+    ]
+
+
+def hold_tails(sim: RunningSim) -> tuple[list[str], dict[str, str]]:
+    """Replica 0's tails never become available until `release`: the step on one stays in flight.
+    Also the hash each clique's pods run before the rollout."""
+    held = tails_of(sim, 0)
+    for tail in held:
+        sim.inject(f"podgangs/{tail}/never-available")
+    original = {}
+    for clique, hashes in clique_hashes(sim).items():
+        [original[clique]] = hashes
+    return held, original
+
+
+def release(sim: RunningSim, held: list[str]) -> None:
+    for tail in held:
+        sim.inject(f"podgangs/{tail}/clear")
 
 
 async def test_abort_takes_every_podgang_back_so_a_replaced_pod_joins_its_own_version(
@@ -141,9 +199,10 @@ async def test_a_foreign_template_edit_pauses_naming_the_field_and_who_and_rollb
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     with grove_site(tmp_path, INFERENCE) as sim:
+        held, original = hold_tails(sim)
         async with worker_for(client, task_queue, sim):
             handle = await start_rollout(client, task_queue, "inference", NEW)
-            await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
+            await hold_a_tail_in_flight(sim, handle, original)
             patch = '[{"op":"add","path":"/spec/template/cliques/1/labels","value":{"team":"kv"}}]'
             subprocess.run(
                 [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
@@ -154,6 +213,7 @@ async def test_a_foreign_template_edit_pauses_naming_the_field_and_who_and_rollb
             assert paused.paused_reason is not None
             assert "spec.template.cliques[prefill].labels" in paused.paused_reason
             assert "kubectl-patch" in paused.paused_reason
+            release(sim, held)
             started = time.monotonic()
             await answer(handle, ROLLBACK_UPDATE)
             result = await handle.result()
@@ -313,9 +373,10 @@ async def test_a_rollback_after_a_foreign_edit_puts_every_pod_back_and_leaves_th
     with grove_site(tmp_path, INFERENCE) as sim:
         before = clique_hashes(sim)
         assert all(len(h) == 1 for h in before.values())
+        held, original = hold_tails(sim)
         async with worker_for(client, task_queue, sim):
             handle = await start_rollout(client, task_queue, "inference", NEW)
-            await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
+            await hold_a_tail_in_flight(sim, handle, original)
             edit = (
                 '[{"op":"add","path":"/spec/template/cliques/1/labels","value":{"team":"kv"}},'
                 '{"op":"replace","path":"/spec/template/cliques/2/spec/podSpec/containers/0/image",'
@@ -328,6 +389,7 @@ async def test_a_rollback_after_a_foreign_edit_puts_every_pod_back_and_leaves_th
             )  # fmt: skip
             paused = await wait_for(handle, lambda s: s.phase == "paused", "paused by the edit")
             previous = paused.previous_hash
+            release(sim, held)
             await answer(handle, ROLLBACK_UPDATE)
             announced = await wait_for(handle, lambda s: s.rolling_back, "rolling back", timeout=30)
             result = await asyncio.wait_for(handle.result(), 120)
@@ -342,3 +404,30 @@ async def test_a_rollback_after_a_foreign_edit_puts_every_pod_back_and_leaves_th
             f"announced {announced.target_hash}, ended at {result.target_hash}, previous {previous}"
         )
         assert sim.violations() == [], "\n".join(str(v) for v in sim.violations())
+
+
+async def test_a_step_planned_before_a_template_edit_deletes_nothing(tmp_path: Path) -> None:
+    """`roll_podgang` reads the PodCliqueSet's generation last, after the pods: a step planned at
+    one generation deletes nothing once someone else's edit moved it (the rollout sees the edit
+    at its next safe point). At the generation it was planned for, the same call deletes."""
+    with grove_site(tmp_path, INFERENCE) as sim:
+        grove = GroveActivities(Kube(Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)))
+        ref = PCSRef(namespace="default", name="inference")
+        [tail, *_] = tails_of(sim, 0)
+        before = set(pods(sim, "inference", f"grove.io/podgang={tail}"))
+        planned = int(pcs_object(sim, "inference")["metadata"]["generation"])
+        step = RollGangInput(
+            pcs=ref, podgang=tail, targets={"prefill": "next", "decode": "next"}, generation=planned
+        )
+        label = '[{"op":"add","path":"/spec/template/cliques/1/labels","value":{"team":"kv"}}]'
+        subprocess.run(
+            [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
+             "--type=json", "-p", label],
+            check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+        stale = await ActivityEnvironment().run(grove.roll_podgang, step)
+        assert stale.deleted == () and stale.blocked_by == ("default/inference (generation changed)",), stale
+        assert set(pods(sim, "inference", f"grove.io/podgang={tail}")) == before
+        moved = step.model_copy(update={"generation": planned + 1})
+        current = await ActivityEnvironment().run(grove.roll_podgang, moved)
+        assert set(current.deleted) == before, current

@@ -215,7 +215,10 @@ class GroveActivities:
             targets_of[pclq] = target
             if not meta.get("deletionTimestamp") and labels.get(POD_TEMPLATE_HASH_LABEL) != target:
                 stale.setdefault(pclq, set()).add(labels.get(POD_TEMPLATE_HASH_LABEL, ""))
-        if request.generation:  # last, so a template edit seen here deletes nothing
+        # Last, so a template edit seen here deletes nothing. One round trip (this read, then the
+        # delete) stays open: Kubernetes has no precondition across two objects. An edit landing
+        # in it is seen at the next safe point (tests/test_rollout_control.py).
+        if request.generation:
             obj = await self.kube.get(key, kinds()[0], ns, request.pcs.name, missing_ok=True)
             if obj is None or int(obj["metadata"]["generation"]) != request.generation:
                 log.info(
