@@ -108,7 +108,7 @@ def aborted_outcome(message: str) -> str:
 
 def with_its_reboot(own: str, reboot_id: str, phase: str, words: str) -> str:
     """An operation's words with what its reboot child waits for now: one wording for `host
-    status`, `--wait` (`metalflow.hosts.with_its_reboot`) and the operation's own current details
+    status`, `--wait` (`metalflow.operation_progress.with_its_reboot`) and the operation's own current details
     in the Temporal UI (`workflows/parts/reboot_rounds.py`)."""
     return f"{own}; its reboot {reboot_id}: {phase}: {words}".lstrip("; ")
 

@@ -14,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import getpass
 import socket
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
@@ -27,8 +25,6 @@ from temporalio.client import (
     WithStartWorkflowOperation,
     WorkflowFailureError,
     WorkflowHandle,
-    WorkflowQueryFailedError,
-    WorkflowQueryRejectedError,
 )
 from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError, RPCStatusCode
@@ -38,12 +34,10 @@ from contracts import host_entity, names, workflow_api
 from contracts.errors import abort_in_words, abort_words, cause_in_words
 from contracts.host_entity import EntityRefused, HostEntityClient
 from contracts.host_requests import ENTITY_REQUESTS
-from contracts.models.control import STATUS_QUERY
 from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     MAINTENANCE_UPDATE,
-    MANUAL_INTERVENTION_REQUIRED,
     RELEASE_AUTOMATION_UPDATE,
     RELEASE_INSTANCE_UPDATE,
     WITHDRAW_UPDATE,
@@ -53,16 +47,11 @@ from contracts.models.host import (
 from contracts.models.inventory import VERSIONS_READ_SIGNAL, VersionsRead
 from contracts.with_start import NotAccepted
 from contracts.wording import plural
-from contracts.wording import with_its_reboot as its_reboot_words
-from metalflow.cancelled import METADATA_QUERY, cancelled_words, final_details
+from metalflow.cancelled import cancelled_words, final_details
 from metalflow.client import no_worker_polls
+from metalflow.operation_progress import QUERY_TIMEOUT as QUERY_TIMEOUT
+from metalflow.operation_progress import operation_progress, operation_status
 from metalflow.progress import Progress
-from metalflow.seen import (
-    _POWER_DOWN_WAIT,
-    Seen,
-    as_running,
-    seen_without_status,
-)
 from metalflow.unanswered import not_taken_words, unanswered_words
 
 FOLLOW_POLL_SECONDS = 0.5
@@ -71,7 +60,6 @@ WORKER_GRACE_SECONDS = 5.0
 # what it tells the operator: nothing was asked, so nothing changed.
 COULD_NOT_ASK = 3
 NOTHING_SENT = "Nothing was changed: send the command again once a worker runs"
-QUERY_TIMEOUT = timedelta(seconds=10)  # a query nobody answers (no worker) must not hang the CLI
 # How long a person's request waits for a worker to take it (accept or refuse it), as a query
 # waits: a request no worker takes must not hang the CLI (issue 38: `host reboot` to a stopped
 # worker printed nothing for 90 s and more).
@@ -279,133 +267,6 @@ async def unanswered_query(handle: WorkflowHandle[Any, Any], err: RPCError) -> U
             handle.id, task_queue, QUERY_TIMEOUT.total_seconds(), polled=not no_worker_polls(err)
         )
     )
-
-
-async def operation_status(client: Client, workflow_id: str) -> dict[str, Any] | None:
-    """An operation's own `status` query as plain data; None while it cannot answer yet."""
-    try:
-        status: dict[str, Any] = await client.get_workflow_handle(workflow_id).query(
-            STATUS_QUERY, rpc_timeout=QUERY_TIMEOUT
-        )
-    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
-        return None
-    return status
-
-
-async def running_status(client: Client, workflow_id: str) -> dict[str, Any] | None:
-    """`operation_status` of an operation its host records as running (`as_running`)."""
-    status = await operation_status(client, workflow_id)
-    return None if status is None else as_running(status)
-
-
-def waiting_words(status: dict[str, Any]) -> str:
-    """What an operation's `status` says it waits for: "an operator: ..." in a manual intervention,
-    its reason said once (the line's `MANUAL INTERVENTION: <reason>` says it), or the run's words
-    (a reset's "the host H is OFF: ..." once read "waiting for the host H is OFF: ...")."""
-    waiting = str(status.get("waiting_for") or "")
-    reason = str(status.get("manual_intervention_reason") or "")
-    if reason and waiting.startswith(reason):
-        rest = waiting[len(reason) :].lstrip(". ")
-        return f"an operator: {rest[:1].lower()}{rest[1:]}" if rest else "an operator"
-    person = waiting and status.get("phase") == MANUAL_INTERVENTION_REQUIRED
-    return f"an operator: {waiting}" if person else waiting
-
-
-def describe_operation(status: dict[str, Any], *, waiting: bool = True) -> str:
-    """One line for a person: the phase, what it waits for, the DPUs' phases, power cycles."""
-    parts = [str(status.get("phase", "?"))]
-    if waiting and (waits := waiting_words(status)):
-        parts.append(f"waiting for {waits}")
-    dpus = status.get("dpus") or []
-    phases = [d.get("phase") or "-" for d in dpus]
-    if phases and len(set(phases)) == 1:
-        parts.append(f"{plural(len(phases), 'DPU')} {phases[0]}")
-    elif phases:
-        parts.append(", ".join(f"{d.get('dpu_id')} {phase}" for d, phase in zip(dpus, phases, strict=True)))
-    if "power_cycles_issued" in status:
-        # Resets the BMC accepted; attempts apart once the BMC refused one: the reboot in flight
-        # (counted as started) is no refusal (it read "0 power cycles (1 reboot attempt)").
-        cycles, attempts = int(status["power_cycles_issued"]), int(status.get("reboot_attempts") or 0)
-        in_flight = 1 if status.get("phase") in WAITS_ON_ITS_REBOOT else 0
-        shown = plural(cycles, "power cycle")
-        refused = attempts - in_flight > cycles
-        parts.append(shown + (f" ({plural(attempts, 'reboot attempt')})" if refused else ""))
-    if status.get("manual_intervention_reason"):
-        parts.append(f"MANUAL INTERVENTION: {status['manual_intervention_reason']}")
-    if status.get("site_check"):  # started under a degraded verdict of the kept site check
-        parts.append("site check: " + "; ".join(status["site_check"]))
-    return "; ".join(parts)
-
-
-WAITS_ON_ITS_REBOOT = ("rebooting-host", "power-cycling")
-"""The phases in which an operation waits on its reboot child: a reset's `--host` and a
-provision's or reprovision's reboot round (`rebooting-host`), a firmware run (`power-cycling`)."""
-
-
-def reboot_child_of(status: dict[str, Any], host_id: str) -> str | None:
-    """The reboot child an operation's status waits on: by `rebooting_to` (a host operation's
-    round) or its `boot_generation` (a reset's, a firmware run's: the child's once started).
-    None outside `WAITS_ON_ITS_REBOOT`."""
-    if status.get("phase") not in WAITS_ON_ITS_REBOOT:
-        return None
-    generation = status.get("rebooting_to") or status.get("boot_generation")
-    if not isinstance(generation, int) or generation < 1:
-        return None
-    return names.host_reboot_workflow_id(host_id, generation)
-
-
-async def with_its_reboot(
-    client: Client, status: dict[str, Any], host_id: str
-) -> tuple[dict[str, Any], Seen | None]:
-    """An operation that waits on its reboot child says, after its own words, what that reboot
-    waits for: `...; its reboot reboot/HOST/generation-N: PHASE: DETAILS`, e.g. its power-down
-    wait with when the host went Off and when it is turned On (a reset's own status said only
-    "power cycle of HOST to generation N"). The same words in `host status`'s "now" and
-    `--wait` (both read the status through here). Returns the status and the reboot as seen.
-
-    Cost: per status read in `WAITS_ON_ITS_REBOOT` only, what `operation_progress` asks of the
-    reboot (its `status` query, which it has not, a describe and a metadata query); no BMC
-    request, no write."""
-    reboot = reboot_child_of(status, host_id)
-    if reboot is None:
-        return status, None
-    seen = await operation_progress(client, reboot, host_id)
-    said = seen.waiting_for or seen.details if seen is not None else ""
-    if seen is None or not said:
-        return status, seen
-    waiting = its_reboot_words(str(status.get("waiting_for") or ""), reboot, seen.phase, said)
-    return {**status, "waiting_for": waiting}, seen
-
-
-async def operation_progress(client: Client, workflow_id: str, host_id: str) -> Seen | None:
-    """Where an operation is: its `status` query, or for one without (a reboot) its Phase and
-    current details; None while it cannot say yet.
-
-    Cost: one query, or a describe and a query when the workflow has no `status`."""
-    status = await running_status(client, workflow_id)
-    if status:
-        status, reboot = await with_its_reboot(client, status, host_id)
-        waiting = waiting_words(status)
-        phase = str(status.get("phase", ""))
-        milestone = f"{phase} {status.get('power_cycles_issued')} {status.get('manual_intervention_reason')}"
-        if reboot is not None:  # the reboot's phase, and its power-down wait beginning, are steps
-            milestone += f" {reboot.phase} {reboot.details.startswith(_POWER_DOWN_WAIT)}"
-        return Seen(describe_operation(status, waiting=False), waiting, phase=phase, milestone=milestone)
-    handle = client.get_workflow_handle(workflow_id)
-    try:
-        described = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
-    except RPCError:
-        return None
-    shown = described.typed_search_attributes.get(names.PHASE)
-    if not shown:
-        return None
-    details: str | None = None  # None: not read (no worker answered: the phase alone)
-    try:
-        metadata = await handle.query(METADATA_QUERY, result_type=WorkflowMetadata, rpc_timeout=QUERY_TIMEOUT)
-        details = metadata.current_details
-    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
-        pass  # the phase alone still says where it is
-    return seen_without_status(shown, details, host_id)
 
 
 async def native_power_cycles(client: Client, workflow_id: str, host_id: str) -> list[str]:

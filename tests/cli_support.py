@@ -45,7 +45,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
 from metalflow.cli import main
-from metalflow.hosts import host_status, operation_status
+from metalflow.hosts import host_status
+from metalflow.operation_progress import operation_status
 
 TIMEOUT_SECONDS = 120
 # The console script of this venv, as a user who activated it runs it.

@@ -23,7 +23,8 @@ from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
 from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, HostWorkflowInput, OperationPolicy
-from metalflow.hosts import ensure_entity, operation_progress
+from metalflow.hosts import ensure_entity
+from metalflow.operation_progress import operation_progress
 
 HOST = "cut-002"  # profile no-powercycle: a reboot is ForceOff, then On
 SITE = ModuleSite(

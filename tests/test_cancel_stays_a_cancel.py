@@ -30,7 +30,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from contracts.models.host import HostWorkflowInput, OperationPolicy
 from contracts.names import PHASE
-from metalflow.hosts import ensure_entity, operation_progress
+from metalflow.hosts import ensure_entity
+from metalflow.operation_progress import operation_progress
 
 HOST = "cancel-001"
 SITE = ModuleSite(

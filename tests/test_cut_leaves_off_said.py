@@ -35,7 +35,8 @@ from contracts.host_entity import HostEntityClient
 from contracts.models.host import HostWorkflowInput, OperationPolicy, OperationRequest
 from contracts.workflow_api import HostWorkflow
 from metalflow.cli.host_list import fleet
-from metalflow.hosts import ensure_entity, operation_progress
+from metalflow.hosts import ensure_entity
+from metalflow.operation_progress import operation_progress
 
 # A power transition takes 1 s: the window between the host's ForceOff and its DPU's PowerCycle in
 # which B2 makes the DPU's BMC unreachable (after the reset's own read of it, before its reset).

@@ -26,7 +26,8 @@ from contracts import names
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import HostWorkflowInput, OperationPolicy
 from contracts.with_start import execute_update
-from metalflow.hosts import ensure_entity, operation_progress
+from metalflow.hosts import ensure_entity
+from metalflow.operation_progress import operation_progress
 
 RESET_HOST = "race-001"  # profile powercycle: a reset --both
 REBOOT_HOST = "race-002"  # profile no-powercycle: a reboot is ForceOff, then On

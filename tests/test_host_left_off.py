@@ -29,7 +29,8 @@ from temporalio.testing import WorkflowEnvironment
 from contracts.models.host import HostWorkflowInput, OperationPolicy
 from metalflow.cli.host_status import reboot_waiting
 from metalflow.cli.inventory_check import rebooting_words
-from metalflow.hosts import ensure_entity, operation_progress
+from metalflow.hosts import ensure_entity
+from metalflow.operation_progress import operation_progress
 
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
 CANCELLED_RESET = "off-003"

@@ -29,7 +29,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
 from contracts.models.host import HostStatus, HostWorkflowInput, OperationPolicy, RebootMethod
-from metalflow.hosts import ensure_entity, operation_progress
+from metalflow.hosts import ensure_entity
+from metalflow.operation_progress import operation_progress
 
 # Profile no-powercycle (the site gives it to hosts 2, 7, ...): a reboot is ForceOff, then On.
 LEFT_OFF_HOST, MONITORED_HOST, CUT_HOST, CUT_REPROVISION = "out-002", "out-003", "out-007", "out-012"

@@ -37,7 +37,7 @@ from worker_support import worker_env, worker_process
 
 from contracts.models.host import HostRebootResult
 from drivers.settings import Settings
-from metalflow.hosts import operation_progress
+from metalflow.operation_progress import operation_progress
 from metalflow.runtime.worker import build_worker
 
 WAIT = 20.0

@@ -29,7 +29,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
 from contracts.models.host import HostWorkflowInput, OperationPolicy
-from metalflow.hosts import ensure_entity, operation_progress
+from metalflow.hosts import ensure_entity
+from metalflow.operation_progress import operation_progress
 
 # Profile powercycle (host 1): a reset's ForceOff is its own; no-powercycle (host 2): a reboot is
 # ForceOff, then On.

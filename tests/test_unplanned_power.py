@@ -66,7 +66,7 @@ from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
 from contracts.workflow_api import HostWorkflow
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
-from metalflow.hosts import operation_progress
+from metalflow.operation_progress import operation_progress
 
 # Host ids of this module's own (the session's server is shared: entities, generations, leases).
 HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On

@@ -236,7 +236,8 @@ async def operations_of(args: argparse.Namespace) -> tuple[dict[str, Any] | None
     """The host's entity, its recent operations and the one now (`--json`'s `operations`), or
     None and why not; and whether Temporal was reached."""
     from metalflow.client import TemporalConfigError
-    from metalflow.hosts import HostRequestError, describe_operation, host_status, running_status
+    from metalflow.hosts import HostRequestError, host_status
+    from metalflow.operation_progress import describe_operation, running_status
 
     host = args.host
     address = "?"

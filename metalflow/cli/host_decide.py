@@ -56,11 +56,10 @@ from metalflow.hosts import (
     HostRequestError,
     host_status,
     not_taken,
-    operation_progress,
-    operation_status,
     require_worker,
     send_update,
 )
+from metalflow.operation_progress import operation_progress, operation_status
 from metalflow.site_name import entity_input
 from workflows.host.abort_rule import AWAITING_APPROVAL, WITHDRAW_REQUEST, what_abort_reaches
 

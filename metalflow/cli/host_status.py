@@ -48,16 +48,14 @@ from contracts.wording import iso_z
 from metalflow.cli import exits, host_monitor
 from metalflow.cli.inventory_check import awaiting_words, idle_dpu_warnings
 from metalflow.cli.workflow_commands import CommandError, ended_badly
-from metalflow.hosts import (
-    QUERY_TIMEOUT,
-    HostRequestError,
+from metalflow.hosts import QUERY_TIMEOUT, HostRequestError, host_status
+from metalflow.monitors import running_monitor_status
+from metalflow.operation_progress import (
     describe_operation,
-    host_status,
     operation_progress,
     running_status,
     with_its_reboot,
 )
-from metalflow.monitors import running_monitor_status
 from metalflow.seen import Seen
 from metalflow.site_watch_health import WatchLapse, lapse_of_operation
 from workflows.host.automation_hold import hold_words

@@ -1,7 +1,7 @@
 """Every workflow type the worker registers (`workflows.ALL`, not a list written here) that runs as
 a host operation reports a phase and a one-line "now" where a person looks: `host list` and the
 Temporal UI (the `Phase` search attribute and the current details, which `kernel.Runbook.enter`
-writes), `host status` and `--wait` (`metalflow.hosts.operation_progress`: the operation's
+writes), `host status` and `--wait` (`metalflow.operation_progress.operation_progress`: the operation's
 `status` query, or, for one without, its `Phase` and current details).
 
 A host operation is a workflow type the host's entity starts: the `child` of a row of
@@ -22,7 +22,7 @@ import workflows
 from contracts.host_requests import ENTITY_REQUESTS
 from contracts.models.control import STATUS_QUERY
 from contracts.models.host import HostResetStatus
-from metalflow.hosts import describe_operation
+from metalflow.operation_progress import describe_operation
 from workflows import kernel
 
 REGISTERED: list[type] = workflows.ALL

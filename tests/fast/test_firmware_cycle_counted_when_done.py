@@ -4,7 +4,7 @@ an attempt from the reboot's start, a power cycle once the reboot has ended."""
 
 from __future__ import annotations
 
-from metalflow.hosts import describe_operation
+from metalflow.operation_progress import describe_operation
 from workflows.firmware.state import power_cycle_counts
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from metalflow.hosts import reboot_child_of
+from metalflow.operation_progress import reboot_child_of
 from workflows.host_reboot.failure import power_down_words
 
 OFF = datetime(2026, 11, 29, 10, 12, 23, tzinfo=UTC)

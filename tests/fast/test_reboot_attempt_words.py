@@ -4,7 +4,7 @@ attempt)` while the only cycle was in flight."""
 
 from __future__ import annotations
 
-from metalflow.hosts import describe_operation
+from metalflow.operation_progress import describe_operation
 
 
 def line(phase: str, cycles: int, attempts: int) -> str:

@@ -1,10 +1,10 @@
 """A host operation's words for the kept site check it started under (issue 36 deliver 4):
-`workflows/parts/site_check_said.said` (its phases' details) and `metalflow.hosts.describe_operation`
-(the status line `host status` and `--wait` print)."""
+`workflows/parts/site_check_said.said` (its phases' details) and
+`metalflow.operation_progress.describe_operation` (the status line `host status` and `--wait` print)."""
 
 from __future__ import annotations
 
-from metalflow.hosts import describe_operation
+from metalflow.operation_progress import describe_operation
 from workflows.parts.site_check_said import said
 
 WORDS = ("provision is degraded on host-001 by the site check of 2026-11-29T10:00:00Z: slower",)

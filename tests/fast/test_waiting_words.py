@@ -1,12 +1,12 @@
 """The words of what an operation waits for (issue 40, an attack's finding: `host status` of a
 reset, or a firmware run, waiting for a person with the host OFF read "waiting for the host
 host-002 is OFF: ..."): a manual intervention is a wait for an operator, and says so, with or
-without a separate reason field (`metalflow.hosts.waiting_words`, under `describe_operation`,
+without a separate reason field (`metalflow.operation_progress.waiting_words`, under `describe_operation`,
 `host status` and `--wait`)."""
 
 from __future__ import annotations
 
-from metalflow.hosts import describe_operation, waiting_words
+from metalflow.operation_progress import describe_operation, waiting_words
 
 OFF = (
     "the host host-002 is OFF: metalflow turned it off (ForceOff of host-002 around the DPU resets) "

@@ -23,7 +23,8 @@ from drivers.redfish.client import RedfishClient
 from drivers.redfish.powercycle import PowerCycle
 from metalflow.cli.campaign import list_lines
 from metalflow.cli.campaign_schedule import noted
-from metalflow.hosts import _summary, describe_operation, waiting_words
+from metalflow.hosts import _summary
+from metalflow.operation_progress import describe_operation, waiting_words
 from metalflow.runtime.worker import _ExpectedFailureInOneLine
 from workflows.campaign import plan
 from workflows.host_operation.state import HostOperationState

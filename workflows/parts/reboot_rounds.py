@@ -239,7 +239,7 @@ class RebootRounds:
 
     def heard(self, now: RebootNow) -> None:
         """The reboot in flight says what it waits for now: the caller's current details say it
-        after its own, as `host status` does (`metalflow.hosts.with_its_reboot`), until its next
+        after its own, as `host status` does (`metalflow.operation_progress.with_its_reboot`), until its next
         phase or details replace them. Words of a reboot no longer in flight are dropped.
 
         A reboot waiting for a person with the host OFF (manual-intervention-required: a firmware
