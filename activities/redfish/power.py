@@ -140,7 +140,14 @@ class PowerActivities:
                 flush_seconds=heartbeat_flush_seconds(info.heartbeat_timeout),
                 confirm=_read_back(f"power cycle of {request.bmc.bmc_id}", beat),
                 attempt=info.attempt,
+                attempt_ends_by=info.started_time + info.start_to_close_timeout
+                if info.start_to_close_timeout
+                else None,
             )
+            # A BMC that does not answer is said in the progress (`host status` reads it) while
+            # the attempt rides it out, and unsaid once it answers: a beat per change at most.
+            connection.on_problem = cycle.bmc_problem
+            connection.on_answer = cycle.bmc_answered
             # A single request (a reset the BMC is slow to answer) may outlast the heartbeat
             # timeout: beat from the background with the latest progress meanwhile (the first
             # beat one interval in, so the first step recorded goes out unthrottled: `heartbeating`).

@@ -101,6 +101,14 @@ class PowerCycleProgress(_Frozen):
     reset_types: tuple[str, ...] = ()  # every reset sent, over all attempts that recorded it
     steps: tuple[str, ...] = ()
     started_at: datetime | None = None
+    # A BMC that does not answer, for `host status` to say while the attempt rides it out
+    # (`PowerCycle.bmc_problem`): the last transient error's words (`secret_free`), since when the
+    # BMC has not answered, and until about when this attempt keeps trying (its own deadline,
+    # `PowerCycle.run`, or the attempt's start-to-close, whichever comes first). All None once it
+    # answers again. Words for a person only: resuming reads none of them.
+    bmc_problem: str | None = None
+    bmc_silent_since: datetime | None = None
+    bmc_retry_until: datetime | None = None
 
 
 class PowerCycleInput(_Frozen):

@@ -65,6 +65,7 @@ class BMCConnection:
         self._sessions = BMCSessions(self._wire, state, credentials, auth)
         self.looked_up_system = False  # this connection read Systems (not the worker's memory)
         self.on_problem: Callable[[str], None] | None = None  # told each transient error waited out
+        self.on_answer: Callable[[], None] | None = None  # told each request the BMC answered (2xx)
         self.last_problem: str | None = None
 
     def note_problem(self, err: Exception) -> None:
@@ -196,6 +197,8 @@ class BMCConnection:
             self._wire.authenticated = True
         if response.status_code not in accept:
             raise_for_status(self, method, url, response)
+        if self.on_answer is not None:
+            self.on_answer()
         return response
 
     def _credentials_for(self, session: Session | None) -> dict[str, str]:

@@ -87,8 +87,12 @@ A BMC that advertises `PowerCycle` but answers it 501 Not Implemented (or 400
 `started` (see `_send_power_cycle`), and the BMC is remembered as unable to PowerCycle.
 
 Transient refusals inside an attempt (409 after power-off, 503 with Retry-After, 5xx, timeouts)
-are waited out, re-reading the BMC each time, until the attempt's own deadline; then the
-activity fails with `BMCUnavailable`/`PowerStateTimeout` and the next attempt resumes.
+are waited out, re-reading the BMC each time, until the attempt's own deadline (3 x the
+per-transition timeout plus the power-down wait, from the attempt's start); then the activity
+fails with `BMCUnavailable`/`PowerStateTimeout` and the next attempt resumes. Meanwhile the
+progress says so (`bmc_problem`: the last error's words, since when the BMC has not answered,
+and until about when this attempt keeps trying), cleared when the BMC answers again, so `host
+status` can tell a person early (the activity wires it to the connection's hooks).
 """
 
 from __future__ import annotations
@@ -96,11 +100,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from contracts import metrics
 from contracts.errors import BMCUnavailable, PowerContested, PowerStateTimeout, ResetTypeNotSupported
 from contracts.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
+from contracts.secret_free import secret_free
 from drivers.redfish.connection import BMCConnection
 from drivers.redfish.system import (
     System,
@@ -148,6 +153,8 @@ class PowerCycle:
             within the given seconds; None (the CLI, tests without a server) trusts the wait.
         attempt: The attempt number, for the result.
         on_step: Told every step as it is taken (the CLI prints them).
+        attempt_ends_by: When the attempt is ended from outside (the activity's start-to-close),
+            if before its own deadline: the `bmc_retry_until` said is the earlier of the two.
     """
 
     def __init__(
@@ -161,8 +168,11 @@ class PowerCycle:
         confirm: Callable[[PowerCycleProgress, float], Awaitable[None]] | None = None,
         attempt: int = 1,
         on_step: Callable[[str], None] | None = None,
+        attempt_ends_by: datetime | None = None,
     ) -> None:
         self._connection = connection
+        self._attempt_ends_by = attempt_ends_by
+        self._gives_up_at: datetime | None = None  # `run`'s deadline, on the wall clock
         self._request = request
         self._resumed = resume is not None
         # A first attempt that resumes nothing: its first read is the host as we found it (a later
@@ -224,7 +234,9 @@ class PowerCycle:
     async def run(self) -> PowerCycleResult:
         """Carry the cycle to its end from wherever the previous attempt left it."""
         request = self._request
-        attempt_deadline = time.monotonic() + 3 * request.timeout_seconds + request.power_down_wait_seconds
+        retry_for = 3 * request.timeout_seconds + request.power_down_wait_seconds
+        attempt_deadline = time.monotonic() + retry_for
+        self._gives_up_at = _now() + timedelta(seconds=retry_for)
         while True:
             try:
                 return await self._drive()
@@ -240,6 +252,28 @@ class PowerCycle:
                 delay = err.next_retry_delay.total_seconds() if err.next_retry_delay else 1.0
                 self._say(f"BMC unavailable ({err.message}); again in {delay:g} s", logging.INFO)
                 await self._connection.sleep(min(delay, max(0.0, attempt_deadline - time.monotonic())))
+
+    def bmc_problem(self, words: str) -> None:
+        """The BMC did not answer (`words`: the transient error waited out): the progress says
+        so, with since when (the first such error since it last answered) and until about when
+        this attempt keeps trying. Recorded (a beat) only when that changes; secret-free words."""
+        until = min((t for t in (self._gives_up_at, self._attempt_ends_by) if t is not None), default=None)
+        self._note_bmc(
+            bmc_problem=secret_free(words),
+            bmc_silent_since=self.progress.bmc_silent_since or _now(),
+            bmc_retry_until=until,
+        )
+
+    def bmc_answered(self) -> None:
+        """The BMC answered a request: whatever the progress said of it not answering is over."""
+        if self.progress.bmc_problem is not None:
+            self._note_bmc(bmc_problem=None, bmc_silent_since=None, bmc_retry_until=None)
+
+    def _note_bmc(self, **changes: object) -> None:
+        progress = self.progress.model_copy(update=changes)
+        if progress != self.progress:
+            self.progress = progress
+            self._persist(progress)
 
     async def _drive(self) -> PowerCycleResult:
         connection = self._connection
