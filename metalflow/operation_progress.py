@@ -8,22 +8,33 @@ child says what that reboot waits for (`with_its_reboot`). Reads only: no write,
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.api.sdk.v1 import WorkflowMetadata
+from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client, WorkflowQueryFailedError, WorkflowQueryRejectedError
 from temporalio.service import RPCError
 
 from contracts import names
 from contracts.models.control import STATUS_QUERY
 from contracts.models.host import MANUAL_INTERVENTION_REQUIRED
+from contracts.models.redfish import PowerCycleProgress
 from contracts.wording import plural
 from contracts.wording import with_its_reboot as its_reboot_words
 from metalflow.cancelled import METADATA_QUERY
-from metalflow.seen import _POWER_DOWN_WAIT, Seen, as_running, seen_without_status
+from metalflow.seen import (
+    _POWER_DOWN_WAIT,
+    Seen,
+    as_running,
+    power_cycle_trouble,
+    seen_without_status,
+    with_trouble,
+)
 
 QUERY_TIMEOUT = timedelta(seconds=10)  # a query nobody answers (no worker) must not hang the CLI
+POWER_CYCLE_ACTIVITY = "power_cycle_host"  # `contracts.activity_api.power_cycle_host`'s name
 
 
 async def operation_status(client: Client, workflow_id: str) -> dict[str, Any] | None:
@@ -124,17 +135,20 @@ async def with_its_reboot(
 
 async def operation_progress(client: Client, workflow_id: str, host_id: str) -> Seen | None:
     """Where an operation is: its `status` query, or for one without (a reboot) its Phase and
-    current details; None while it cannot say yet.
+    current details, and what its pending power cycle says of a BMC that does not answer or of a
+    failed attempt (`power_cycle_trouble`); None while it cannot say yet.
 
-    Cost: one query, or a describe and a query when the workflow has no `status`."""
+    Cost: one query, or a describe and a query when the workflow has no `status` (the pending
+    power cycle is read from that describe: nothing extra)."""
     status = await running_status(client, workflow_id)
     if status:
         status, reboot = await with_its_reboot(client, status, host_id)
         waiting = waiting_words(status)
         phase = str(status.get("phase", ""))
         milestone = f"{phase} {status.get('power_cycles_issued')} {status.get('manual_intervention_reason')}"
-        if reboot is not None:  # the reboot's phase, and its power-down wait beginning, are steps
-            milestone += f" {reboot.phase} {reboot.details.startswith(_POWER_DOWN_WAIT)}"
+        if reboot is not None:  # the reboot's phase, its power-down wait and BMC trouble beginning: steps
+            off_wait = reboot.details.startswith(_POWER_DOWN_WAIT)
+            milestone += f" {reboot.phase} {off_wait} {bool(reboot.trouble)}"
         return Seen(describe_operation(status, waiting=False), waiting, phase=phase, milestone=milestone)
     handle = client.get_workflow_handle(workflow_id)
     try:
@@ -150,4 +164,26 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
         details = metadata.current_details
     except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
         pass  # the phase alone still says where it is
-    return seen_without_status(shown, details, host_id)
+    seen = seen_without_status(shown, details, host_id)
+    trouble = await _power_cycle_trouble(client, described.raw_description.pending_activities)
+    return with_trouble(seen, trouble)
+
+
+async def _power_cycle_trouble(client: Client, pending: Sequence[PendingActivityInfo]) -> str:
+    """`power_cycle_trouble`'s words for a reboot's pending `power_cycle_host` ("" none): its BMC
+    not answering (its heartbeat details) or an attempt after a failed one. Cost: none extra (the
+    describe `operation_progress` made holds the pending activities, their details, attempt and
+    last failure); decoding the details only."""
+    cycle = next((p for p in pending if p.activity_type.name == POWER_CYCLE_ACTIVITY), None)
+    if cycle is None:
+        return ""
+    progress: PowerCycleProgress | None = None
+    if cycle.heartbeat_details.payloads:
+        try:
+            payloads = cycle.heartbeat_details.payloads
+            decoded = await client.data_converter.decode(payloads, [PowerCycleProgress])
+        except (ValueError, TypeError):  # details of another shape (an older worker's): no words
+            decoded = []
+        progress = decoded[0] if decoded and isinstance(decoded[0], PowerCycleProgress) else None
+    failure = cycle.last_failure.message if cycle.HasField("last_failure") else ""
+    return power_cycle_trouble(progress, cycle.attempt, cycle.maximum_attempts, failure, datetime.now(UTC))

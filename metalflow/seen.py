@@ -4,11 +4,14 @@ details (`seen_without_status`). Pure: `metalflow.hosts` asks Temporal and calls
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from contracts.host_requests import ENTITY_REQUESTS
+from contracts.models.redfish import PowerCycleProgress
+from contracts.secret_free import secret_free
+from contracts.wording import iso_z
 from workflows.host_reboot.failure import power_down_off_since
 from workflows.parts.bmc_lease_holder import queued_words
 
@@ -45,6 +48,7 @@ class Seen:
     phase: str = ""
     since: datetime | None = None  # when its wait began, when the workflow says (a power-down wait)
     partial: bool = False  # its details could not be read (no worker answered): the phase alone
+    trouble: str = ""  # its power cycle's BMC does not answer, or it is retried (`power_cycle_trouble`)
 
 
 # Phases of a reboot (HostRebootWorkflow has no status query): what each waits for, in words.
@@ -96,3 +100,46 @@ def seen_without_status(shown: str, current_details: str | None, host_id: str) -
     milestone = text + (" " + _POWER_DOWN_WAIT if details.startswith(_POWER_DOWN_WAIT) else "")
     return Seen(text, waiting, milestone=milestone, details=details, phase=shown, since=since,
                 partial=current_details is None)  # fmt: skip
+
+
+_TROUBLE = "power-cycle-trouble"  # in a milestone: its beginning and end are steps (lasting lines)
+
+
+def power_cycle_trouble(
+    progress: PowerCycleProgress | None, attempt: int, maximum_attempts: int, last_failure: str, now: datetime
+) -> str:
+    """What a running power cycle's pending activity says that a person should know early, in
+    words ("" nothing): its BMC does not answer (the heartbeat details' `bmc_problem`, since
+    when, and until about when the attempt keeps trying, the driver's own deadline), and an
+    attempt after a failed one (the last failure's words). Every word from the BMC or a failure
+    passes `secret_free` again here. Pure: the caller read the pending activity (a describe it
+    made anyway, `metalflow.operation_progress`)."""
+    failed = secret_free(last_failure) if attempt > 1 and last_failure else ""
+    last = maximum_attempts > 0 and attempt >= maximum_attempts
+    of = f" of {maximum_attempts}" if maximum_attempts > 0 else ""
+    if progress is None or not progress.bmc_problem:
+        return f"the power cycle is on attempt {attempt}{of}; the last one failed: {failed}" if failed else ""
+    problem = secret_free(progress.bmc_problem)
+    bmc, _, said = problem.partition(": ") if problem.startswith("BMC ") else ("its BMC", "", problem)
+    words = f"{bmc} has not answered since {iso_z(progress.bmc_silent_since)} ({said or problem})"
+    until = progress.bmc_retry_until
+    if until is None or until <= now:
+        words += f"; the power cycle tries again (attempt {attempt}{of})"
+    elif last:
+        words += f"; the power cycle keeps trying until about {iso_z(until)}, then hands the run to a person"
+    else:
+        then = (
+            f"; after attempt {maximum_attempts} the run is handed to a person" if maximum_attempts > 0
+            else ", then tries again"
+        )  # fmt: skip
+        words += f"; the power cycle's attempt {attempt}{of} keeps trying until about {iso_z(until)}{then}"
+    return words + (f" (attempt {attempt - 1} failed: {failed})" if failed else "")
+
+
+def with_trouble(seen: Seen, words: str) -> Seen:
+    """`seen` with `power_cycle_trouble`'s words after what it waits for ("" leaves it as it is);
+    its beginning and its end are steps, so a `--wait` log says both (a detail it would not)."""
+    if not words:
+        return seen
+    waiting = f"{seen.waiting_for}; {words}" if seen.waiting_for else words
+    return replace(seen, waiting_for=waiting, trouble=words, milestone=f"{seen.milestone} {_TROUBLE}")
