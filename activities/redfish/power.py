@@ -131,6 +131,8 @@ class PowerActivities:
         # Every poll beats the progress: forwarded to the SDK only when it changed (a step) or
         # once per beat interval, so a step is sent at once under the worker's short throttle.
         beat = HeartbeatGate()
+        stop = info.start_to_close_timeout  # the attempt ends then, if not before by the cycle's own deadline
+        ends_by = info.started_time + stop if stop else None
         async with self._client.connect(bmc) as connection:
             cycle = PowerCycle(
                 connection,
@@ -140,9 +142,7 @@ class PowerActivities:
                 flush_seconds=heartbeat_flush_seconds(info.heartbeat_timeout),
                 confirm=_read_back(f"power cycle of {request.bmc.bmc_id}", beat),
                 attempt=info.attempt,
-                attempt_ends_by=info.started_time + info.start_to_close_timeout
-                if info.start_to_close_timeout
-                else None,
+                attempt_ends_by=ends_by,
             )
             # A BMC that does not answer is said in the progress (`host status` reads it) while
             # the attempt rides it out, and unsaid once it answers: a beat per change at most.

@@ -1,7 +1,8 @@
 """`metalflow host status HOST`: the host as its entity sees it, the operation in flight, its monitor.
 
 A read: nothing is sent, nobody is recorded. The entity's `status` query, the operation's own
-`status` query (a reboot has none: its Phase and current details), the monitor's status when one
+`status` query (a reboot has none: its Phase and current details, and from the same describe its
+pending power cycle's word of a BMC that does not answer: `operation_progress`), the monitor's status when one
 runs, and for an idle host what DPF shows of DPUs an ended operation left waiting and a reboot
 run still waiting for a person that no operation owns (a terminated firmware run's), with its
 way out (`reboot_waiting`: one describe). While
