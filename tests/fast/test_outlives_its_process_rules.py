@@ -162,6 +162,13 @@ def test_a_campaigns_ask_refused_by_the_hold_skips_the_host_never_fails_it() -> 
     assert campaign.state(HOST) == S.SKIPPED and campaign.failed == 0
 
 
+def test_the_hold_reads_the_reason_before_an_end_that_reached_no_generation() -> None:
+    """An abort before any reboot names no generation (attack 40f): the reason still ends there."""
+    state = entity()
+    ended(state, MONITORS, "aborted by alice: debugging. No boot generation reached by this run. Changed by")
+    assert state.automation_held_back is not None and state.automation_held_back.reason == "debugging"
+
+
 def test_host_retry_of_the_idle_host_ends_the_hold_and_is_refused_without_one() -> None:
     state = entity()
     with pytest.raises(

@@ -24,7 +24,7 @@ from contracts.models.host import AutomationHold, EntityRequestBody, OperationRe
 from contracts.wording import iso_z
 
 # `kernel.Runbook.aborted`, a host operation's abort (its words before issue 40's attack too)
-RUN_WORDS = ("; ", ". Boot generation ", ". Generation reached ")
+RUN_WORDS = ("; ", ". Boot generation ", ". Generation reached ", ". No boot generation reached ")
 ENDS_IT = "metalflow host retry {host}, or an operator's own request"
 
 
