@@ -8,11 +8,11 @@ So with `--persist` the simulator writes `<state-dir>/sim-store.json` on shutdow
 
 What is kept: every stored object (DPF and Grove objects, Secrets, namespaces), the resource
 version, and what each BMC keeps across a restart (`simulators/redfish/keep.py`): its
-`LastResetTime`, a host's power state and a power transition in flight, a DPU's firmware
-(running, staged) and Arm state. Real BMCs keep them when the site's manager restarts (redfish
-BEHAVIOUR.md L1, L2): a site that came back with every host On and every DPU at its generated
-firmware made the product report power changes and resets nobody made. What is not: the BMCs'
-power logs, sessions, tasks and named faults (the DPF controller re-reads every object when it
+`LastResetTime`, a host's power state, a power transition in flight and its power log (the newest
+`keep.LOG_KEPT` entries), a DPU's firmware (running, staged) and Arm state. Real BMCs keep them
+when the site's manager restarts (redfish BEHAVIOUR.md L1, L2): a site that came back with every
+host On and every DPU at its generated firmware made the product report power changes and resets
+nobody made. What is not: sessions, tasks and named faults (the DPF controller re-reads every object when it
 starts, as a real operator does after a restart). A kill -9 loses at most the last
 `SNAPSHOT_SECONDS` of changes.
 

@@ -65,12 +65,20 @@ def alive(pid: int) -> bool:
     return True
 
 
-def power_cycles(host: str, state_dir: Path) -> int:
-    """Off transitions in the host's BMC power log, read with `metalflow sim power-log`."""
+def power_cycles(host: str, state_dir: Path, skip: int = 0) -> int:
+    """Off transitions in the host's BMC power log, read with `metalflow sim power-log`, after its
+    first `skip` entries (the log is kept across a restart on the state dir)."""
     # In this process (tests/cli_support.py): the command's own process is not what is tested here.
     completed = run_metalflow("sim", "power-log", host, "--json", "--state-dir", state_dir)
     assert completed.returncode == 0, completed.stderr
-    return sum(1 for entry in json.loads(completed.stdout) if entry["to"] == "Off")
+    return sum(1 for entry in json.loads(completed.stdout)[skip:] if entry["to"] == "Off")
+
+
+def kept_power_log_lengths(state_dir: Path) -> dict[str, int]:
+    """The entries of each host's power log the stopped simulator kept in its state dir (what a
+    restarted one starts with: simulators/redfish/keep.py), by host id."""
+    bmcs = json.loads((state_dir / "sim-store.json").read_text())["bmcs"]
+    return {bmc_id: len(kept.get("log") or ()) for bmc_id, kept in bmcs.items()}
 
 
 def worker_ready(metrics_port: int) -> bool:

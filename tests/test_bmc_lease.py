@@ -228,6 +228,12 @@ async def test_host_abort_withdraws_a_reboot_queued_for_the_bmc_lease(
                 site_file=sim.site_file,
             )  # fmt: skip
             assert aborted.status == 0, aborted.stdout + aborted.stderr
+            # Attack 40f (LOW): the answer said "a power cycle in flight is cut short"; none was.
+            assert (
+                f"the reboot queued for a slot of the BMC's lease {lease_id} is withdrawn (its place "
+                "given back): no power action was sent to the BMC"
+            ) in aborted.stdout, aborted.stdout
+            assert "cut short" not in aborted.stdout, aborted.stdout
             entity = client.get_workflow_handle(names.host_workflow_id(host))
             idle = await wait_for_query(
                 lambda: entity.query("status", result_type=HostStatus),

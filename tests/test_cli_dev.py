@@ -13,7 +13,16 @@ import threading
 from pathlib import Path
 
 from cli_support import METALFLOW, clean_env, run_metalflow
-from dev_support import alive, listening, power_cycles, read_until, ready, run_console, three_ports
+from dev_support import (
+    alive,
+    kept_power_log_lengths,
+    listening,
+    power_cycles,
+    read_until,
+    ready,
+    run_console,
+    three_ports,
+)
 from ports_support import free_port
 from readme_sample import demo_sample, matches
 from temporalio.client import Client
@@ -149,6 +158,8 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     env = clean_env() | {"OTEL_TRACES_EXPORTER": "console"}
     worker_log = state_dir / "worker.log"
     second_run_from = worker_log.stat().st_size
+    kept = kept_power_log_lengths(state_dir)  # the first run's power logs, kept across the restart
+    assert kept["host-001"] > 0, kept
     process = subprocess.Popen(
         [METALFLOW, "dev", *ports, "--state-dir", str(state_dir), "--timings", "zero"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -185,7 +196,7 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
             "demo: campaign demo-fleet ran already in this state dir (the restored site): not again" in output
         )
         assert "demo: campaign demo-fleet completed: 2 done, 1 failed (host-003) of 3" in output
-        cycles = {host: power_cycles(host, state_dir) for host in ("host-001", "host-002", "host-003")}
+        cycles = {h: power_cycles(h, state_dir, kept[h]) for h in ("host-001", "host-002", "host-003")}
         assert cycles == {"host-001": 1, "host-002": 1, "host-003": 2}
         # Every way the demo's workflows ended (completed, the campaign's failed host) left no
         # activity pending.

@@ -56,13 +56,12 @@ async def test_a_firmware_run_waiting_for_its_dpus_after_the_power_cycle_takes_h
             "--task-queue", task_queue,
         )  # fmt: skip
         assert aborted.status == 0, aborted.stdout + aborted.stderr
-        assert f"firmware update of {HOST} aborted in phase waiting-for-dpus" in aborted.stdout, (
-            aborted.stdout
-        )
+        # As a reboot's or a reset's answer reads: `aborting (PHASE: ...): what it leaves`.
+        assert f"{HOST}: firmware/{HOST}: aborting (waiting-for-dpus: " in aborted.stdout, aborted.stdout
         shown = await until_shown(local_env, HOST, ended, "ended the firmware run")
     outcome = shown["host"]["recent"][-1]["outcome"]
     assert outcome == (
-        f"aborted: firmware update of {HOST} aborted by bob@test: debugging in phase waiting-for-dpus. "
+        f"aborted by bob@test: debugging; stopped in phase waiting-for-dpus. "
         f"Left behind: the host was power-cycled to generation 1, which activated {TARGET} staged on "
         f"{HOST}-dpu-0; their versions were not verified"
     ), outcome

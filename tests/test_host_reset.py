@@ -423,6 +423,11 @@ async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_give
                 result_type=OperatorAnswer,
             )
             assert answer.accepted, answer
+            # Attack 40f (LOW): the promise names the withdrawn queued reset, nothing "at a safe point".
+            assert answer.message.endswith(
+                f"the reset queued for a slot of the BMC's lease {held.lease.id} is withdrawn (its "
+                "place given back): no power action was sent to the BMC"
+            ), answer
             aborted = await aborted_run(handle)
             await save_history(handle, "host_reset_lease_queue_abort")
             after = await wait_for_query(

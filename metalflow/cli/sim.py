@@ -136,7 +136,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "power-log",
         help="a host's power transitions, as its BMC logged them",
         description="HOST's power transitions as its simulated BMC logged them; a power cycle is one "
-        "transition to Off.",
+        "transition to Off. The log is kept across a restart of the simulator on the same state dir "
+        "(its newest 200 entries, as a BMC keeps its event log), so a restart in the middle of a "
+        "power cycle shows the Off before it and the On after it; `metalflow dev --reset` empties it.",
     )
     power_log.add_argument("host", type=arg_type(HostId), help="host id, e.g. host-001")
     power_log.add_argument("--json", action="store_true", help="print them as a JSON list")

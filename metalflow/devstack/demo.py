@@ -137,9 +137,11 @@ async def run_demo(
             "the HostRebootWorkflow children, the entity's approve update)"
         )
     requests = _Requests(client, operator, task_queue, progress)
-    # The BMC power logs start with this simulator; the entities' generations count every reset
-    # since the first run: the audit compares the logs with what the workflows counted since now.
+    # The BMC power logs are kept across a restart of the simulator (simulators/redfish/keep.py)
+    # and the entities' generations count every reset since the first run: the audit compares
+    # what each log shows and what the workflows counted, both since now.
     generations = {host.host_id: await _generation(client, host.host_id) for host in hosts}
+    logged = await _power_logs(site, hosts)
     # A site restored from the state dir (a restarted `metalflow dev`) has its hosts' DPUs
     # already: provisioning them again would wait for reboots DPF never asks for.
     present = await _provisioned(site, hosts)
@@ -159,7 +161,7 @@ async def run_demo(
         ok = await run_rollout_demo(client, config, say, task_queue)
     counted = {h: await _generation(client, h) - before for h, before in generations.items()}
     operations = None if not ok else 1 if present else 2
-    ok = await _report_power_cycles(site, hosts, say, operations, counted) and ok
+    ok = await _report_power_cycles(site, hosts, say, operations, counted, logged) and ok
     if ok:  # last: its reprovisions and the injected failure come after the power logs above
         ok = await run_campaign_demo(
             client, config, site.sim_url, site_of(site.site_file), DEMO_POLICY, progress, task_queue
@@ -261,21 +263,29 @@ async def _generation(client: Client, host_id: str) -> int:
         return 0
 
 
+async def _power_logs(site: DemoSite, hosts: list[DemoHost]) -> dict[str, int]:
+    """How many entries each host's BMC power log holds now (kept from before a restart too)."""
+    async with httpx.AsyncClient(base_url=site.sim_url, timeout=10) as http:
+        return {h.host_id: len((await http.get(f"/sim/hosts/{h.host_id}/power-log")).json()) for h in hosts}
+
+
 async def _report_power_cycles(
     site: DemoSite,
     hosts: list[DemoHost],
     say: Callable[[str], None],
     operations: int | None,
     counted: dict[str, int],
+    before: dict[str, int],
 ) -> bool:
-    """Each host's BMC power log against the reboots DPF asked for (when every operation
-    completed) and against what the workflows counted (always, the failure path too: the boot
-    generation moves once per reset that happened). False on a mismatch."""
+    """Each host's BMC power log since the demo began (`before`: its entries then) against the
+    reboots DPF asked for (when every operation completed) and against what the workflows
+    counted (always, the failure path too: the boot generation moves once per reset that
+    happened). False on a mismatch."""
     agree = True
     async with httpx.AsyncClient(base_url=site.sim_url, timeout=10) as http:
         for host in hosts:
             entries = (await http.get(f"/sim/hosts/{host.host_id}/power-log")).json()
-            logged = power_cycles(entries)
+            logged = power_cycles(entries[before[host.host_id] :])
             line = f"demo: {host.host_id} BMC power log: {plural(logged, 'power cycle')}"
             if operations is not None:
                 line += f" (DPF asked for {operations * host.reboots_per_operation})"

@@ -9,21 +9,25 @@ restart, so it serves what each BMC served before (redfish BEHAVIOUR.md L1, L2):
 - a host: `LastResetTime`, its power state and a power transition in flight (the state it
   settled in last and the states still to reach; the transition resumes at start, its leg
   counted afresh, so a reset accepted before the restart still happens; its task monitor is not
-  kept: a `202` reset's task is gone);
+  kept: a `202` reset's task is gone), and its power log, the newest `LOG_KEPT` transitions (a
+  real BMC keeps its event log across its own restart; an operator rehearsing a restart in the
+  middle of a power cycle reads the Off before it and the On after it in one log, attack 40f);
 - a DPU: `LastResetTime`, the NIC firmware running and staged, and its Arm: powered or not
   (its host's power), Paused (UEFI shell, Arm shutdown), a latched PowerCycle. An Arm boot in
   progress is kept as finished (`OsIsRunning`); a SimpleUpdate staging in flight is lost (its
   task is gone, nothing staged: SimpleUpdate again).
 
-Not kept: sessions, tasks, the power log, request counts, named faults (`/sim/faults`).
+Not kept: sessions, tasks, request counts, named faults (`/sim/faults`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from .dpu import BOOT_STAGES, DPUBMC
 from .host import HostBMC
+
+LOG_KEPT: Final = 200  # power log entries a host keeps across a restart (a few kB per host)
 
 _LEFT = {"PoweringOff": "On", "PoweringOn": "Off"}  # the settled state a transition leg left
 
@@ -34,6 +38,8 @@ def host_state(host: HostBMC) -> dict[str, Any]:
     kept: dict[str, Any] = {"last_reset_time": host.last_reset_time, "power": power}
     if host.pending:
         kept["pending"], kept["reset_type"] = list(host.pending), host.reset_type
+    if host.log:
+        kept["log"] = [dict(entry) for entry in host.log[-LOG_KEPT:]]
     return kept
 
 
@@ -49,6 +55,9 @@ def dpu_state(dpu: DPUBMC) -> dict[str, Any]:
 def restore_host(host: HostBMC, kept: dict[str, Any]) -> None:
     """Take a kept host state back (a transition is resumed later, by `PowerControl.resume`)."""
     host.last_reset_time = str(kept.get("last_reset_time") or host.last_reset_time)
+    log = kept.get("log")
+    if isinstance(log, list):  # a snapshot from before the log was kept has none
+        host.log = [dict(entry) for entry in log if isinstance(entry, dict)][-LOG_KEPT:] or None
     if kept.get("power") in ("On", "Off"):
         host.power = kept["power"]
         host.pending = tuple(state for state in kept.get("pending") or () if state in ("On", "Off"))

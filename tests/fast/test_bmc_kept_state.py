@@ -9,7 +9,7 @@ import json
 
 from simulators.redfish.dpu import DPUBMC
 from simulators.redfish.host import PROFILES, HostBMC
-from simulators.redfish.keep import dpu_state, host_state, restore_dpu, restore_host
+from simulators.redfish.keep import LOG_KEPT, dpu_state, host_state, restore_dpu, restore_host
 
 MARK = "2026-11-30T00:00:00Z"
 
@@ -56,3 +56,22 @@ def test_an_older_snapshot_s_marks_change_only_the_marks() -> None:
     assert (dpu.running, dpu.powered, dpu.arm, dpu.last_reset_time) == (
         "32.43.1014", True, "OsIsRunning", "2026-11-29T12:00:01Z",
     )  # fmt: skip
+
+
+def test_the_power_log_is_kept_across_a_restart_its_newest_entries_only() -> None:
+    """Attack 40f (LOW): `metalflow sim power-log` started empty after a restart on the state dir,
+    so a restart rehearsed in the middle of a power cycle showed its On without the Off before
+    it. The log is kept (as a BMC keeps its event log), bounded to the newest `LOG_KEPT`."""
+    host = fresh_host()
+    off = {"time": "2026-11-30T00:00:01Z", "from": "On", "to": "Off", "reset_type": "ForceOff"}
+    host.log = [off]
+    again = fresh_host()
+    restore_host(again, json.loads(json.dumps(host_state(host))))
+    assert again.log == [off]
+    host.log = [{**off, "time": f"t{i}"} for i in range(LOG_KEPT + 5)]
+    kept = json.loads(json.dumps(host_state(host)))
+    restore_host(again, kept)
+    assert again.log is not None and len(again.log) == LOG_KEPT and again.log[0]["time"] == "t5"
+    quiet = fresh_host()  # a host that never changed power keeps no log, and gets none back
+    restore_host(quiet, json.loads(json.dumps(host_state(fresh_host()))))
+    assert quiet.log is None

@@ -338,10 +338,20 @@ def test_the_status_shows_each_dpu_the_counts_and_the_deadline() -> None:
     ]
     assert (status.reboot_attempts, status.rebooting_to, status.boot_generation) == (1, 5, 4)
     assert status.reboot_deadline_at == T0 + timedelta(hours=2) and status.operation == "reprovision"
-    assert state.left_behind() == (
-        "Boot generation 4 reached. Changed by this run: nothing. Each DPU: d0 not deleted (as it was); "
-        "d1 not deleted (as it was). The host: not power-cycled by this run"
+    assert state.left_behind() == (  # generation 4 is the previous run's (before attack 40f: named)
+        "No boot generation reached by this run. Changed by this run: nothing. Each DPU: d0 not "
+        "deleted (as it was); d1 not deleted (as it was). The host: not power-cycled by this run"
     )
+
+
+def test_an_early_end_names_only_the_generation_this_run_reached() -> None:
+    """Attack 40f (LOW): a reprovision aborted while waiting for the hold said `Boot generation 4
+    reached`, the previous run's; it names none until this run reaches one, then that one."""
+    state = run_state()
+    assert state.left_behind().startswith("No boot generation reached by this run. Changed by this run: ")
+    assert "generation 4" not in state.left_behind()
+    state.rebooted(5, power_cycle=True)
+    assert state.left_behind().startswith("Boot generation 5 reached. Changed by this run: ")
 
 
 def test_a_reprovision_that_ends_early_names_each_dpu_it_deleted_and_the_host() -> None:
@@ -352,9 +362,9 @@ def test_a_reprovision_that_ends_early_names_each_dpu_it_deleted_and_the_host() 
     state.observe(dpf(dpu(0, "Ready"), dpu(1, "Ready")), T0)
     state.deleted("d0", "d0-u1", "node-h-device-d0", "deleted")
     assert state.left_behind() == (
-        "Boot generation 4 reached. Changed by this run: deleted DPU node-h-device-d0 (uid d0-u1). Each "
-        "DPU: d0 deleted (uid d0-u1), not seen recreated yet: DPF recreates it; d1 not deleted (as "
-        "it was). The host: not power-cycled by this run"
+        "No boot generation reached by this run. Changed by this run: deleted DPU node-h-device-d0 "
+        "(uid d0-u1). Each DPU: d0 deleted (uid d0-u1), not seen recreated yet: DPF recreates it; "
+        "d1 not deleted (as it was). The host: not power-cycled by this run"
     )
     state.observe(dpf(dpu(0, "Initializing", uid="d0-u2"), dpu(1, "Ready")), T0 + timedelta(seconds=5))
     state.power_cycles = 1

@@ -540,6 +540,11 @@ def test_an_operators_no_in_the_same_words_as_the_last_holds_the_monitor_back_ag
     state.reprovision_answered(state.overdue(again), waits, again)
     started = OwnerReprovisionResult(outcome="refused", message="reprovision/h1 was approved and started")
     state.withdrawal_answered(("d0",), started)  # d0 Ready again: its withdrawal came too late
+    # Attack 40f (LOW): it was recorded as `refused: ...`, read as a refusal standing now.
+    assert state.requests[-1] == (
+        "d0: not withdrawn: reprovision/h1 no longer awaited approval (approved, or ended, before the "
+        "withdrawal reached it); its end is recorded as told"
+    ), state.requests
     state.request_ended(no, again + timedelta(minutes=1))  # aborted again, in the same words
     assert state.hold_back is not None and state.hold_back.since == again + timedelta(minutes=1)
 

@@ -162,6 +162,13 @@ def test_a_campaigns_ask_refused_by_the_hold_skips_the_host_never_fails_it() -> 
     assert campaign.state(HOST) == S.SKIPPED and campaign.failed == 0
 
 
+def test_the_hold_reads_the_reason_before_an_end_that_reached_no_generation() -> None:
+    """An abort before any reboot names no generation (attack 40f): the reason still ends there."""
+    state = entity()
+    ended(state, MONITORS, "aborted by alice: debugging. No boot generation reached by this run. Changed by")
+    assert state.automation_held_back is not None and state.automation_held_back.reason == "debugging"
+
+
 def test_host_retry_of_the_idle_host_ends_the_hold_and_is_refused_without_one() -> None:
     state = entity()
     with pytest.raises(
@@ -177,6 +184,22 @@ def test_host_retry_of_the_idle_host_ends_the_hold_and_is_refused_without_one() 
     )
     assert state.automation_held_back is None
     state.refuse_request(REPROVISION, MONITORS)  # asked again: accepted
+
+
+def test_host_retry_after_someone_elses_abort_names_that_abort_who_and_when() -> None:
+    """Attack 40f (LOW): `host retry` sent as `host abort` ended the run read only "no operation in
+    flight ... nothing to retry"; it names the run that ended, who aborted it and when."""
+    state = entity()
+    said = "aborted by bob: wrong host. The host was not rebooted by metalflow (its power not touched)"
+    ended(state, ALICE, said, kind=REBOOT)
+    with pytest.raises(InvalidInput) as refused:
+        state.release_automation("alice")
+    words = str(refused.value)
+    assert (
+        "host host-001: no operation in flight and automation is not held back; nothing to retry: "
+        f"the last operation, {state.recent[-1].workflow_id} (reboot requested by alice), ended at "
+        f"2026-11-29T12:00:05Z: {said}"
+    ) in words, words
 
 
 def test_host_retry_is_refused_while_an_operation_is_in_flight() -> None:

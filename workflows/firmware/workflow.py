@@ -435,10 +435,7 @@ class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abort
     def abort_promise(self) -> str:
         """An abort stops the run's wait; before the power cycle nothing is rebooted (staged images
         stay, harmless), after it the images are activated, unverified."""
-        return (
-            f"firmware update of {self._request.host_id} aborted in phase {self.phase}; "
-            + rules.abort_outcome(self._cycled_to)
-        )
+        return f"aborting ({self.phase}: {self.details}): {rules.abort_outcome(self._cycled_to)}"
 
     def abort_refusal(self) -> str | None:
         child = self.reboots.child
@@ -462,16 +459,11 @@ class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abort
         )
 
     def aborted(self, outcome: str = "", *details: Any) -> WorkflowError:
-        """The firmware's words: whose firmware update, who aborted it and why, in which phase;
-        that no reboot was done before the power cycle (after it, the cleanup's words say it)."""
-        abort = self.abort_request
-        assert abort is not None, "aborted() before an abort"
-        why = f": {abort.reason}" if abort.reason else ""
-        return OperationAborted(
-            f"firmware update of {self._request.host_id} aborted by {abort.requested_by}{why} "
-            f"in phase {self.phase}" + ("; no reboot was done" if self._cycled_to is None else ""),
-            *details,
-        )
+        """The kernel's words (`aborted by WHO: WHY; ...`, as every operation's abort reads), then
+        the phase it stopped in and that no reboot was done before the power cycle (after it, the
+        cleanup's words say it). Before attack 40f: "aborted: firmware update of H aborted by ..."."""
+        said = f"stopped in phase {self.phase}" + ("; no reboot was done" if self._cycled_to is None else "")
+        return super().aborted(f"{said}; {outcome}" if outcome else said, *details)
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostOperationStatus:

@@ -20,11 +20,11 @@ from datetime import datetime
 
 from contracts import names
 from contracts.errors import AutomationHeldBack
-from contracts.models.host import AutomationHold, EntityRequestBody, PendingOperation
+from contracts.models.host import AutomationHold, EntityRequestBody, OperationRecord, PendingOperation
 from contracts.wording import iso_z
 
 # `kernel.Runbook.aborted`, a host operation's abort (its words before issue 40's attack too)
-RUN_WORDS = ("; ", ". Boot generation ", ". Generation reached ")
+RUN_WORDS = ("; ", ". Boot generation ", ". Generation reached ", ". No boot generation reached ")
 ENDS_IT = "metalflow host retry {host}, or an operator's own request"
 
 
@@ -101,3 +101,16 @@ def refuse_automatic(
 def released(host_id: str, hold: AutomationHold, by: str, how: str) -> str:
     """The words of an operator ending the hold (`how`: `host retry`, or their own request)."""
     return f"automation no longer held back: {how} by {by} (it was {hold_words(host_id, hold)})"
+
+
+def nothing_to_retry(host_id: str, last: OperationRecord | None) -> str:
+    """`host retry` of an idle host with no hold: the refusal, naming how the last operation
+    ended (who aborted it and when, its failure, ...), so a retry that came after someone else's
+    abort (or any end) says why there is nothing left to retry."""
+    words = f"host {host_id}: no operation in flight and automation is not held back; nothing to retry"
+    if last is None:
+        return words
+    return (
+        f"{words}: the last operation, {last.workflow_id} ({last.operation} requested by "
+        f"{last.requested_by}), ended at {iso_z(last.finished_at)}: {last.outcome}"
+    )

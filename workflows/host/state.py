@@ -59,7 +59,13 @@ from contracts.wording import is_completed, iso_z
 from workflows.host import dpf_removed
 from workflows.host.abort_rule import AWAITING_APPROVAL
 from workflows.host.approval_reason import ApprovalReason
-from workflows.host.automation_hold import automatic, hold_after, refuse_automatic, released
+from workflows.host.automation_hold import (
+    automatic,
+    hold_after,
+    nothing_to_retry,
+    refuse_automatic,
+    released,
+)
 from workflows.host.awaiting import awaiting_request
 from workflows.host.child_input import child_input
 from workflows.host.maintenance_rules import approved_in_maintenance, maintenance_refusal, maintenance_words
@@ -199,10 +205,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason, PowerDoub
                 "here (a hold on automation ends with host retry once the host is idle)"
             )
         if hold is None:
-            raise InvalidInput(
-                f"host {self.host_id}: no operation in flight and automation is not held back; "
-                "nothing to retry"
-            )
+            raise InvalidInput(nothing_to_retry(self.host_id, self.recent[-1] if self.recent else None))
         if not dry:
             self.automation_held_back = None
         return released(self.host_id, hold, by, "host retry")

@@ -6,6 +6,7 @@ Deliver 2: an early end names what was done and what was left). Pure: from what 
 - each DPU: deleted by this run (the uid it deleted) and what DPF showed of it since (recreated as
   a new object, in its phase, or not seen recreated yet: DPF recreates it), or not deleted (as it
   was);
+- the generation this run reached (`reached_words`: none named when it reached none);
 - the host: power-cycled by this run (how many times the BMC accepted) or not; the workflow adds
   when its reboot left the host OFF (`HostOperationWorkflow._clean_up`).
 """
@@ -15,6 +16,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from contracts.wording import plural
+
+NO_GENERATION_REACHED = "No boot generation reached by this run"
+
+
+def reached_words(generation: int, started_at: int, changes: list[str]) -> str:
+    """The boot generation an early end reached, named only when this run reached it (the one it
+    started at is a previous run's: attack 40f, an abort while waiting for the hold named it), and
+    what the run changed."""
+    reached = f"Boot generation {generation} reached" if generation > started_at else NO_GENERATION_REACHED
+    return f"{reached}. Changed by this run: {'; '.join(changes) or 'nothing'}"
 
 
 def abort_leaves(replaced: Mapping[str, str]) -> str:

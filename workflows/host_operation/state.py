@@ -67,7 +67,7 @@ from contracts.models.host import (
 )
 from contracts.models.inventory import HostInventory
 from contracts.wording import plural
-from workflows.host_operation.left_words import abort_leaves, reprovision_left
+from workflows.host_operation.left_words import abort_leaves, reached_words, reprovision_left
 from workflows.parts import dpf_barrier as barrier
 
 UNPLANNED_KEPT: Final = 20  # unplanned resets kept in the status and memo
@@ -521,9 +521,8 @@ class HostOperationState:
         return abort_leaves(self.replaced)
 
     def left_behind(self) -> str:
-        """An early end's words: generation, changes, a reprovision's DPUs and host (left_words.py)."""
-        changed = "; ".join(self.changes) or "nothing"
-        said = f"Boot generation {self.generation} reached. Changed by this run: {changed}"
+        """An early end's words: generation (`reached_words`), changes, a reprovision's DPUs and host."""
+        said = reached_words(self.generation, self.request.boot_generation, self.changes)
         if self.request.kind != HostOperationKind.REPROVISION or not self.dpu_ids:
             return said
         return f"{said}. {reprovision_left(self.dpu_ids, self.replaced, self.seen, self.power_cycles)}"

@@ -90,7 +90,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host_reboot.failure import bmc_failure_reason, off_step
     from workflows.host_reboot.power_steps import PowerSteps
     from workflows.parts import boot_generation
-    from workflows.parts.bmc_lease_holder import BMCLeaseHolder
+    from workflows.parts.bmc_lease_holder import BMCLeaseHolder, withdrawn_words
     from workflows.parts.host_power import PowerCustody
     from workflows.parts.site_check_said import SiteCheckSaid
 
@@ -336,7 +336,9 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         return (self._retry_taken if waiting else None) or super().answer_taken()
 
     def abort_promise(self) -> str:
-        if self._waiting_for_person and self._power.is_off:
+        if self._leases.queued_for is not None:  # nothing sent yet: its place is given back
+            what = withdrawn_words("reboot", self._leases.queued_for)
+        elif self._waiting_for_person and self._power.is_off:
             what = f"the wait ends; {self._power.left()}"
         elif self._waiting_for_person:
             what = "the manual reboot wait ends; nothing was rebooted by metalflow"

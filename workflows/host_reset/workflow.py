@@ -140,7 +140,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host_reset import state as sequence
     from workflows.host_reset.power_on import HostPowerOn
     from workflows.parts import dpf_barrier as barrier
-    from workflows.parts.bmc_lease_holder import BMCLeaseHolder, queued_words
+    from workflows.parts.bmc_lease_holder import BMCLeaseHolder, queued_words, withdrawn_words
     from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
     from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
     from workflows.parts.reboot_rounds import HearsItsReboot, RebootOutcome, RebootRounds, bmc_refusal
@@ -255,6 +255,8 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
         self._leases.granted(grant)
 
     def abort_promise(self) -> str:
+        if (lease := self._leases.queued_for) is not None:  # nothing sent yet: its place given back
+            return f"aborting ({self.phase}: {self.details}): {withdrawn_words('reset', lease)}"
         return f"aborting at the next safe point ({self.phase}: {self.details}){self._power.abort_words()}"
 
     # -- the steps -----------------------------------------------------------------------------

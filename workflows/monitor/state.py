@@ -399,6 +399,12 @@ class MonitorState(MonitorMemory):
         its end is told)."""
         ids = ", ".join(dpu_ids)
         outcome = f"{answer.outcome}: {answer.message}"
+        if answer.outcome != "withdrawn":  # too late: not a refusal of anything still pending (40f)
+            asked = self.asked.workflow_id if self.asked is not None else "its request"
+            outcome = (
+                f"not withdrawn: {asked} no longer awaited approval (approved, or ended, before the "
+                "withdrawal reached it); its end is recorded as told"
+            )
         self._request_over(outcome)
         self.requests = [*self.requests, f"{ids}: {outcome}"][-HISTORY_KEPT:]
         return outcome

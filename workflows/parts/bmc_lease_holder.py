@@ -55,6 +55,15 @@ def queued_words(lease_workflow_id: str, host_id: str) -> str:
     )
 
 
+def withdrawn_words(what: str, lease_workflow_id: str) -> str:
+    """What an abort of a run still queued for a BMC's lease promises (attack 40f: it read "a
+    power cycle in flight is cut short"): the queued `what` is withdrawn, nothing was sent."""
+    return (
+        f"the {what} queued for a slot of the BMC's lease {lease_workflow_id} is withdrawn (its "
+        "place given back): no power action was sent to the BMC"
+    )
+
+
 LEASE_CALL: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=30),
     "heartbeat_timeout": kernel.CALL_HEARTBEAT,  # a worker killed holding the call: retried in 10 s
