@@ -24,7 +24,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from metalflow.hosts import METADATA_QUERY
+from metalflow.cancelled import METADATA_QUERY
 
 HOST = "fdm-002"  # the rotation's second profile: no-powercycle (ForceOff, the wait, On)
 SITE = ModuleSite("fdm", hosts=2, for_metalflow=True)
