@@ -27,7 +27,9 @@ its reboot in flight.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -61,9 +63,16 @@ from metalflow.hosts import (
 )
 from metalflow.operation_progress import operation_progress, operation_status
 from metalflow.site_name import entity_input
-from workflows.host.abort_rule import AWAITING_APPROVAL, WITHDRAW_REQUEST, what_abort_reaches
+from workflows.host.abort_rule import (
+    AWAITING_APPROVAL,
+    STARTING,
+    WAIT_FOR_START,
+    WITHDRAW_REQUEST,
+    what_abort_reaches,
+)
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
+STARTING_WAIT_SECONDS = 20.0  # an approved operation's child being started: waited for this long
 PERSON_PHASES = (MANUAL_INTERVENTION_REQUIRED, "waiting-for-manual-reboot")  # a reboot waiting for a person
 
 
@@ -190,8 +199,42 @@ async def _in_flight(client: Client, args: argparse.Namespace) -> OperationRecor
     return None
 
 
+async def started(
+    read: Callable[[], Awaitable[OperationRecord | None]],
+    host: str,
+    current: OperationRecord,
+    *,
+    wait_seconds: float = STARTING_WAIT_SECONDS,
+    poll_seconds: float = 0.2,
+) -> OperationRecord | None:
+    """An approved operation whose child the entity is still starting (`STARTING`: one workflow
+    task, longer on a loaded worker) is waited out, so an answer sent in that moment reaches the
+    run (before: `host abort` said "nothing to abort (... is starting)" and the operation ran on).
+    Returns the host's operation once it is no longer starting; still starting past
+    `wait_seconds`: an error saying so (nothing sent).
+
+    Cost: one status query (`read`) per `poll_seconds` of the wait, on this path only."""
+    deadline = time.monotonic() + wait_seconds
+    now: OperationRecord | None = current
+    while now is not None and now.outcome == STARTING:
+        if time.monotonic() > deadline:
+            raise HostRequestError(
+                f"{now.workflow_id} is still starting after {wait_seconds:g} s (its entity has not "
+                f"started it): nothing was sent; see `metalflow host status {host}` and answer again"
+            )
+        await asyncio.sleep(poll_seconds)
+        now = await read()
+    return now
+
+
 async def _decide(client: Client, args: argparse.Namespace) -> int:
     current = await _in_flight(client, args)
+    if current is not None and what_abort_reaches(current) == WAIT_FOR_START:  # any answer waits for it
+
+        async def now() -> OperationRecord | None:
+            return (await host_status(client, args.host)).current
+
+        current = await started(now, args.host, current)
     if args.update == ABORT_UPDATE:
         reaches = what_abort_reaches(current)
         if reaches is None:

@@ -48,7 +48,13 @@ from contracts.models.host import (
 )
 from contracts.models.removal import HostRemovalInput
 from contracts.wording import CANCELLED_OUTCOME
-from workflows.host.abort_rule import ABORT_OPERATION, AWAITING_APPROVAL, WITHDRAW_REQUEST, what_abort_reaches
+from workflows.host.abort_rule import (
+    ABORT_OPERATION,
+    AWAITING_APPROVAL,
+    WAIT_FOR_START,
+    WITHDRAW_REQUEST,
+    what_abort_reaches,
+)
 from workflows.host.outcome import generation_reported, outcome_of
 from workflows.host.state import IDLE, RECENT_LIMIT, HostEntityState
 
@@ -213,7 +219,9 @@ def test_host_abort_withdraws_a_request_awaiting_approval_and_aborts_one_in_flig
     assert what_abort_reaches(state.status().current) == WITHDRAW_REQUEST
     state.approve("carol", T0)
     state.starting(held)
-    assert what_abort_reaches(state.status().current) is None  # its child is being started
+    # Its child is being started (one workflow task): the CLI waits it out and answers the run
+    # (before: None, and `host abort` said "nothing to abort (... is starting)"; a full run saw it).
+    assert what_abort_reaches(state.status().current) == WAIT_FOR_START
     state.started(held, T0)
     assert what_abort_reaches(state.status().current) == ABORT_OPERATION
 

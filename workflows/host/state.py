@@ -57,7 +57,7 @@ from contracts.models.host import (
 )
 from contracts.wording import is_completed, iso_z
 from workflows.host import dpf_removed
-from workflows.host.abort_rule import AWAITING_APPROVAL
+from workflows.host.abort_rule import AWAITING_APPROVAL, STARTING
 from workflows.host.approval_reason import ApprovalReason
 from workflows.host.automation_hold import (
     automatic,
@@ -329,7 +329,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason, PowerDoub
         )
 
     def starting(self, current: PendingOperation) -> None:
-        current.record = current.record.model_copy(update={"outcome": "starting"})
+        current.record = current.record.model_copy(update={"outcome": STARTING})
 
     def started(self, current: PendingOperation, now: datetime, workflow_id: str | None = None) -> None:
         """The child runs (a reboot's id is known once started: the generation it took)."""
