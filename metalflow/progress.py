@@ -12,7 +12,10 @@ the demo; rollouts and campaigns can use it the same way):
 On a terminal (rich's `Live`): lasting lines scroll above a live region holding one line per
 key that is still waiting: `host-001  waiting for power cycle of host-001  since
 2026-11-22T21:45:02Z (0:12)` (ISO 8601 with its date, as every time metalflow prints), refreshed
-twice a second, cropped to the terminal's width; the region is gone when the display closes.
+twice a second, cropped to the terminal's width (a wait announced at a step whose line is wider
+is also printed whole, as a lasting line: the BMC's words, since and until of a power cycle that
+rides out a silent BMC were cut at "has not ans…" on a 120-column terminal); the region is gone
+when the display closes.
 Elsewhere (a pipe, a log file, CI): plain lines, each stamped with the UTC time and the elapsed
 time since the display began (`2026-11-22T21:45:02Z +0:12 host-001: ...`), and
 a waiting line only when what a key waits for changes, so a log reads as a story.
@@ -159,8 +162,13 @@ class Progress:
             return
         began = since or (known.since if known is not None and not announce else self._clock())
         self._waits[key] = _Wait(what, began)
-        if self._live is None and announce:
-            self.note(f"{key}:   waiting for {what} (since {iso_z(began)})")
+        if not announce:
+            return
+        line = f"{key}:   waiting for {what} (since {iso_z(began)})"
+        if self._live is None:
+            self.note(line)
+        elif len(self._region_line(key, self._waits[key], self._clock())) > self._live.console.width:
+            self.note(line)  # the live line is cropped to the terminal: its whole words stay above it
 
     def finish(self, key: str, text: str) -> None:
         """`key` is done: its live line goes, `text` stays."""
@@ -171,14 +179,14 @@ class Progress:
         """What each key waits for and since when (what the live region shows)."""
         return {key: (wait.what, wait.since) for key, wait in self._waits.items()}
 
+    @staticmethod
+    def _region_line(key: str, wait: _Wait, now: datetime) -> str:
+        return terminal_safe(f"{key}  waiting for {wait.what}  since {_since(wait.since, now)}")
+
     def _region(self) -> Group:
         now = self._clock()
         lines = [
-            Text(
-                terminal_safe(f"{key}  waiting for {wait.what}  since {_since(wait.since, now)}"),
-                no_wrap=True,
-                overflow="ellipsis",
-            )
+            Text(self._region_line(key, wait, now), no_wrap=True, overflow="ellipsis")
             for key, wait in self._waits.items()
         ]
         lines.append(Text(f"elapsed {duration(now - self.began)}", style="dim"))

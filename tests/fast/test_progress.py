@@ -95,3 +95,23 @@ def test_details_of_a_step_stay_out_of_a_log_but_keep_the_wait_current() -> None
     assert len(out.getvalue().splitlines()) == 2  # the step and its wait; the detail is not logged
     # The wait is the same step's: it still counts from when the step began.
     assert progress.waits() == {"host-001": ("every DPU held (1 of 2)", START)}
+
+
+def test_live_a_wait_wider_than_the_terminal_is_also_printed_whole_once() -> None:
+    """Attack 41a: on a 120-column terminal the live line of a reboot riding out a silent BMC
+    ended `BMC host-002 has not ans…`: since, until and the attempt were never seen. A wait
+    announced at a step that the region would crop is printed whole above it; a short one is not."""
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, live=True, clock=clock)
+    long = (
+        "the power cycle of host-002; BMC host-002 has not answered since 2026-11-22T21:45:00Z " + "x" * 200
+    )
+    with progress:
+        progress._live.console.width = 120  # type: ignore[union-attr]
+        progress.step("host-001", "rebooting-host", waiting_for="power cycle of host-001")
+        progress.step("host-002", "powering", waiting_for=long)
+        progress.detail("host-002", "", waiting_for=long + " more")  # a detail: the live line only
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\s*\n\s*", "", out.getvalue())
+    assert long.replace(" ", "") in text.replace(" ", "")  # the whole words, wrapped
+    assert "waitingforpowercycleofhost-001" not in text.replace(" ", "")  # fits: not repeated
+    assert "more" not in text
