@@ -64,6 +64,20 @@ _REBOOT_WAITS = {
 _POWER_DOWN_WAIT = "power-down wait: "  # the reboot's details during its durable Off-to-On timer
 
 
+def _manual_reboot_words(waiting: str, details: str, host_id: str) -> str:
+    """What a reboot waiting for a person waits for, with why and the host's power, in one line
+    (attack 41a MEDIUM-4: the words alone hid both): its details read `{why}; reboot H and send
+    the signal ... (`metalflow host-rebooted H`)[, or fix the BMC and `metalflow host retry H`]`
+    (workflows/host_reboot/workflow.py `_wait_for_manual_reboot`). A host it left off waits in
+    `manual-intervention-required` instead, whose words say "is OFF": here it is not."""
+    why, ask, rest = details.partition(f"; reboot {host_id} and send the signal ")
+    if not ask or not why:
+        return waiting
+    retry = f", or fix the BMC and `metalflow host retry {host_id}`"
+    offered = retry if rest.endswith(retry) else ""
+    return f"{waiting}{offered}: {secret_free(why)}; {host_id} is not off by this reboot's hand"
+
+
 def seen_without_status(shown: str, current_details: str | None, host_id: str) -> Seen:
     """Where a workflow without a `status` query (a reboot) is, from its Phase and its current
     details as the UI shows them (`**PHASE**: DETAILS`; None: not read), in the CLI's words:
@@ -88,6 +102,8 @@ def seen_without_status(shown: str, current_details: str | None, host_id: str) -
             FINISHING, waiting, milestone=FINISHING, details=details, phase=FINISHING, partial=partial
         )
     waiting = _REBOOT_WAITS.get(shown, "").format(host=host_id)
+    if shown == "waiting-for-manual-reboot":
+        waiting = _manual_reboot_words(waiting, details, host_id)
     since = None
     if details.startswith(_POWER_DOWN_WAIT):  # a BMC without PowerCycle: Off, the wait, On
         waiting, since = details, power_down_off_since(details)
