@@ -71,7 +71,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, ApplicationErrorCategory, FailureError
 
 
 class MetalflowError(ApplicationError):
@@ -320,6 +320,15 @@ def first_application_error(err: BaseException | None) -> ApplicationError | Non
             return current
         current = _cause_of(current)
     return None
+
+
+def activity_answer_details(err: BaseException) -> tuple[Any, ...] | None:
+    """The details of the error an activity itself raised, when `err` is its `ActivityError`
+    with that error as its cause; None when the activity did not answer (a timeout, a cancel),
+    or `err` is the run's own (an abort, a cancel of the run while the activity ran)."""
+    if not isinstance(err, ActivityError) or not isinstance(err.cause, ApplicationError):
+        return None
+    return tuple(err.cause.details)
 
 
 def abort_in_words(err: BaseException | None) -> str | None:

@@ -19,6 +19,7 @@ lookup between changes costs one `stat` (and one read while the file is under 2 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from pathlib import Path
@@ -30,10 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from contracts.errors import InvalidInput
 from contracts.models.inventory import BMCAuth, CredentialRef, EnvCredentials, SecretRef
+from contracts.secret_free import REDACTED
 
 log = logging.getLogger("metalflow.site_file")
 DPU_MODELS = ("BF3", "BF4")
 _SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")  # an endpoint's scheme, kept when it is shown
 RACY_NS = 2_000_000_000  # a file modified this recently is compared by content, not by stamp
 
 
@@ -83,9 +86,27 @@ class SiteBMC(_Strict):
     @classmethod
     def _http_url(cls, value: str) -> str:
         parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username is not None:
-            raise ValueError(f"not an http(s) URL of a BMC (e.g. https://10.1.2.42): {value[:80]!r}")
+        if parts.username is not None:
+            raise ValueError(
+                "a BMC endpoint holds no user or password (name them under `credentials`): "
+                f"{_endpoint_shown(value)!r}"
+            )
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"not an http(s) URL of a BMC (e.g. https://10.1.2.42): {_endpoint_shown(value)!r}"
+            )
         return value
+
+
+def _endpoint_shown(value: str) -> str:
+    """An endpoint as a refusal echoes it (a log line, the CLI's stderr): whatever comes before
+    its last `@` (a user, a password, in any shape) taken out, then cut to 80 characters (cut
+    first, a long password would have lost its `@` and shown: attack 41a MEDIUM-7)."""
+    head, at, rest = value.rpartition("@")
+    if at:
+        scheme = _SCHEME.match(head)
+        value = f"{scheme.group(0) if scheme else ''}{REDACTED}@{rest}"
+    return value[:80]
 
 
 class SiteDPU(_Strict):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from contracts.host_requests import ENTITY_REQUESTS
 from contracts.models.redfish import PowerCycleProgress
@@ -64,6 +64,20 @@ _REBOOT_WAITS = {
 _POWER_DOWN_WAIT = "power-down wait: "  # the reboot's details during its durable Off-to-On timer
 
 
+def _manual_reboot_words(waiting: str, details: str, host_id: str) -> str:
+    """What a reboot waiting for a person waits for, with why and the host's power, in one line
+    (attack 41a MEDIUM-4: the words alone hid both): its details read `{why}; reboot H and send
+    the signal ... (`metalflow host-rebooted H`)[, or fix the BMC and `metalflow host retry H`]`
+    (workflows/host_reboot/workflow.py `_wait_for_manual_reboot`). A host it left off waits in
+    `manual-intervention-required` instead, whose words say "is OFF": here it is not."""
+    why, ask, rest = details.partition(f"; reboot {host_id} and send the signal ")
+    if not ask or not why:
+        return waiting
+    retry = f", or fix the BMC and `metalflow host retry {host_id}`"
+    offered = retry if rest.endswith(retry) else ""
+    return f"{waiting}{offered}: {secret_free(why)}; {host_id} is not off by this reboot's hand"
+
+
 def seen_without_status(shown: str, current_details: str | None, host_id: str) -> Seen:
     """Where a workflow without a `status` query (a reboot) is, from its Phase and its current
     details as the UI shows them (`**PHASE**: DETAILS`; None: not read), in the CLI's words:
@@ -88,6 +102,8 @@ def seen_without_status(shown: str, current_details: str | None, host_id: str) -
             FINISHING, waiting, milestone=FINISHING, details=details, phase=FINISHING, partial=partial
         )
     waiting = _REBOOT_WAITS.get(shown, "").format(host=host_id)
+    if shown == "waiting-for-manual-reboot":
+        waiting = _manual_reboot_words(waiting, details, host_id)
     since = None
     if details.startswith(_POWER_DOWN_WAIT):  # a BMC without PowerCycle: Off, the wait, On
         waiting, since = details, power_down_off_since(details)
@@ -103,25 +119,33 @@ def seen_without_status(shown: str, current_details: str | None, host_id: str) -
 
 
 _TROUBLE = "power-cycle-trouble"  # in a milestone: its beginning and end are steps (lasting lines)
+BMC_TROUBLE_AFTER_SECONDS: Final = 10.0
+"""How long a BMC's problem lasts before `host status` and `--wait` say it: a flaky BMC's
+1-second 503 blip, which the power cycle rides out, is no lasting problem (attack 41a MEDIUM-3)."""
 
 
 def power_cycle_trouble(
     progress: PowerCycleProgress | None, attempt: int, maximum_attempts: int, last_failure: str, now: datetime
 ) -> str:
     """What a running power cycle's pending activity says that a person should know early, in
-    words ("" nothing): its BMC does not answer (the heartbeat details' `bmc_problem`, since
-    when, and until about when the attempt keeps trying, the driver's own deadline), and an
+    words ("" nothing): its BMC does not answer, or answers only errors (the heartbeat details'
+    `bmc_problem`, `bmc_answered_error`, since when, and until about when the attempt keeps
+    trying, the driver's own deadline), once that has lasted `BMC_TROUBLE_AFTER_SECONDS`; and an
     attempt after a failed one (the last failure's words). Every word from the BMC or a failure
     passes `secret_free` again here. Pure: the caller read the pending activity (a describe it
     made anyway, `metalflow.operation_progress`)."""
     failed = secret_free(last_failure) if attempt > 1 and last_failure else ""
     last = maximum_attempts > 0 and attempt >= maximum_attempts
     of = f" of {maximum_attempts}" if maximum_attempts > 0 else ""
-    if progress is None or not progress.bmc_problem:
+    since = None if progress is None or not progress.bmc_problem else progress.bmc_silent_since
+    if progress is None or since is None or (now - since).total_seconds() < BMC_TROUBLE_AFTER_SECONDS:
         return f"the power cycle is on attempt {attempt}{of}; the last one failed: {failed}" if failed else ""
-    problem = secret_free(progress.bmc_problem)
+    problem = secret_free(progress.bmc_problem or "")
     bmc, _, said = problem.partition(": ") if problem.startswith("BMC ") else ("its BMC", "", problem)
-    words = f"{bmc} has not answered since {iso_z(progress.bmc_silent_since)} ({said or problem})"
+    if progress.bmc_answered_error:  # it answered, with errors (a busy BMC): not silence
+        words = f"{bmc} has answered errors since {iso_z(since)}, no success ({said or problem})"
+    else:
+        words = f"{bmc} has not answered since {iso_z(since)} ({said or problem})"
     until = progress.bmc_retry_until
     if until is None or until <= now:
         words += f"; the power cycle tries again (attempt {attempt}{of})"

@@ -123,7 +123,8 @@ BAD_SITES: list[tuple[str, Any, list[str]]] = [
     ("endpoint without scheme", _edit(lambda s: _set(s, "hosts.0.dpus.0.bmc.endpoint", "10.0.0.1")),
      ["hosts[0].dpus[0].bmc.endpoint: not an http(s) URL of a BMC (e.g. https://10.1.2.42): '10.0.0.1'"]),
     ("endpoint with credentials", _edit(lambda s: _set(s, "hosts.0.bmc.endpoint", "https://u:p@10.0.0.1")),
-     ["hosts[0].bmc.endpoint: not an http(s) URL of a BMC (e.g. https://10.1.2.42): 'https://u:p@10.0.0.1'"]),
+     ["hosts[0].bmc.endpoint: a BMC endpoint holds no user or password (name them under `credentials`): "
+      "'https://[redacted]@10.0.0.1'"]),
     ("bad auth", _edit(lambda s: _set(s, "hosts.1.bmc.auth", "kerberos")),
      ["hosts[1].bmc.auth: 'kerberos' is not one of 'session', 'basic' or 'auto'"]),
     ("two credential sources", _edit(lambda s: _set(s, "hosts.0.bmc.credentials.env",

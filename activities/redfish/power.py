@@ -21,6 +21,7 @@ from activities.redfish.access import BMCSource, current_access
 from contracts.models.inventory import BMCAccess
 from contracts.models.redfish import (
     POWER_CYCLE_STEP,
+    STEPS_HOST_MAY_BE_OFF,
     GracefulShutdownInput,
     GracefulShutdownResult,
     PowerCycleInput,
@@ -73,6 +74,18 @@ def with_step(err: ApplicationError, step: str) -> ApplicationError:
         next_retry_delay=err.next_retry_delay,
         category=err.category,
     )
+
+
+def sent_step(reset_type: str) -> str:
+    """The step a sent reset leaves (`POWER_CYCLE_STEP`): an off asked, or an on (or a restart)."""
+    return "off_requested" if reset_type in ("ForceOff", "GracefulShutdown") else "on_requested"
+
+
+def earlier_step(details: Any) -> str | None:
+    """The step an earlier attempt of `set_power_state` heartbeated once it sent a reset, else None."""
+    first = details[0] if details else None
+    step = first.get(POWER_CYCLE_STEP) if isinstance(first, dict) else None
+    return step if step in STEPS_HOST_MAY_BE_OFF else None
 
 
 def resumed_progress(details: Any) -> PowerCycleProgress | None:
@@ -131,10 +144,31 @@ class PowerActivities:
 
     @activity.defn(name="set_power_state")
     async def set_power_state(self, request: SetPowerInput) -> SetPowerResult:
-        """Send one reset the BMC advertises (skipped when its target holds) and wait for the state."""
+        """Send one reset the BMC advertises (skipped when its target holds) and wait for the state.
+
+        Once a reset is sent, this attempt's heartbeats carry the step (`sent_step`), so a later
+        attempt knows it too; a failure after it (this attempt's or an earlier one's) says it in
+        its error's `POWER_CYCLE_STEP` detail, and one without it sent nothing, in any attempt
+        (a caller claims the host turned off only then: `off_may_have_been_sent`)."""
+        step = earlier_step(activity.info().heartbeat_details)
+
+        def sending(reset_type: str) -> None:
+            nonlocal step
+            step = sent_step(reset_type)
+            activity.heartbeat({POWER_CYCLE_STEP: step})
+
+        def details() -> tuple[Any, ...]:
+            return () if step is None else ({POWER_CYCLE_STEP: step},)
+
         bmc = await self._current(request.bmc)
-        async with heartbeating(), self._client.connect(bmc, on_wait=HeartbeatGate()) as connection:
-            return await set_power(connection, request, activity.logger.info)
+        gate = HeartbeatGate(send=lambda *_: activity.heartbeat(*details()))
+        try:
+            async with heartbeating(details), self._client.connect(bmc, on_wait=gate) as connection:
+                return await set_power(connection, request, activity.logger.info, sending)
+        except ApplicationError as err:
+            if step is None:
+                raise
+            raise with_step(err, step) from err
 
     @activity.defn(name="shut_down_host_gracefully")
     async def shut_down_host_gracefully(self, request: GracefulShutdownInput) -> GracefulShutdownResult:

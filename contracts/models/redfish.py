@@ -109,6 +109,9 @@ class PowerCycleProgress(_Frozen):
     bmc_problem: str | None = None
     bmc_silent_since: datetime | None = None
     bmc_retry_until: datetime | None = None
+    # Some error since `bmc_silent_since` was an answer of the BMC (a 409 ResourceInUse, a 503),
+    # not silence: "has answered errors", never "has not answered" (attack 41a MEDIUM-3).
+    bmc_answered_error: bool = False
 
 
 class PowerCycleInput(_Frozen):

@@ -67,11 +67,14 @@ class BMCConnection:
         self.on_problem: Callable[[str], None] | None = None  # told each transient error waited out
         self.on_answer: Callable[[], None] | None = None  # told each request the BMC answered (2xx)
         self.last_problem: str | None = None
+        self.last_problem_answered = False  # the BMC answered it (an error answer), not silence
 
     def note_problem(self, err: Exception) -> None:
-        """Remember a transient error that a wait rides out (the CLI shows it, and the last one)."""
+        """Remember a transient error that a wait rides out (the CLI shows it, and the last one),
+        and whether the BMC answered it (an error status) or did not answer at all (timed out,
+        could not be reached): the last request's, which raised it."""
         text = getattr(err, "message", None) or str(err)
-        self.last_problem = text
+        self.last_problem, self.last_problem_answered = text, self._wire.answered
         if self.on_problem is not None:
             self.on_problem(text)
 

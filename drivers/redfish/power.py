@@ -63,7 +63,9 @@ async def read_power(connection: BMCConnection) -> SystemPower:
     )
 
 
-async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say = _quiet) -> SetPowerResult:
+async def set_power(
+    connection: BMCConnection, request: SetPowerInput, say: Say = _quiet, sending: Say = _quiet
+) -> SetPowerResult:
     """Send a reset the BMC advertises, skipping one whose target already holds, and wait for it.
 
     On/ForceOn of an On host and ForceOff/GracefulShutdown of an Off host send nothing; a
@@ -74,7 +76,8 @@ async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say 
     it moved), and the final state is verified the same way before success is reported. A final
     state that moves away within the settle fails retryably (`PowerStateTimeout`), unless
     `report_reversal` asks for it as the result (`reversed_to`): another actor's reset, which a
-    retry would fight.
+    retry would fight. `sending` is told the reset type just before it is sent (a failure after
+    it may have left the host's power changed).
     """
     started = _now()
     system = await find_system(connection)
@@ -108,6 +111,7 @@ async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say 
         require_reset_type(connection, system, reset_type)
     deadline = time.monotonic() + request.timeout_seconds
     say(f"{state} -> sending {sent}")
+    sending(sent)  # from here the reset may have reached the BMC, whatever fails next
     await send_reset(connection, system, sent, deadline)
     accepted = time.monotonic()
     target = "Off" if sent in _TURN_OFF else "On" if sent in _TURN_ON | _RESTART else None

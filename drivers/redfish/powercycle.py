@@ -266,20 +266,27 @@ class PowerCycle:
                 await self._connection.sleep(min(delay, max(0.0, attempt_deadline - time.monotonic())))
 
     def bmc_problem(self, words: str) -> None:
-        """The BMC did not answer (`words`: the transient error waited out): the progress says
-        so, with since when (the first such error since it last answered) and until about when
-        this attempt keeps trying. Recorded (a beat) only when that changes; secret-free words."""
+        """The BMC did not answer, or answered an error (`words`: the transient error waited
+        out): the progress says so, with since when (the first such error since it last
+        answered with a success), whether any was an error answer (`bmc_answered_error`: not
+        silence) and until about when this attempt keeps trying. Recorded (a beat) only when
+        that changes; secret-free words."""
         until = min((t for t in (self._gives_up_at, self._attempt_ends_by) if t is not None), default=None)
+        since = self.progress.bmc_silent_since
         self._note_bmc(
             bmc_problem=secret_free(words),
-            bmc_silent_since=self.progress.bmc_silent_since or _now(),
+            bmc_silent_since=since or _now(),
             bmc_retry_until=until,
+            bmc_answered_error=self._connection.last_problem_answered
+            or (since is not None and self.progress.bmc_answered_error),
         )
 
     def bmc_answered(self) -> None:
         """The BMC answered a request: whatever the progress said of it not answering is over."""
         if self.progress.bmc_problem is not None:
-            self._note_bmc(bmc_problem=None, bmc_silent_since=None, bmc_retry_until=None)
+            self._note_bmc(
+                bmc_problem=None, bmc_silent_since=None, bmc_retry_until=None, bmc_answered_error=False
+            )
 
     def _note_bmc(self, **changes: object) -> None:
         progress = self.progress.model_copy(update=changes)

@@ -52,6 +52,9 @@ class BMCWire:
             raise InvalidInput(f"BMC {access.bmc_id}: endpoint {access.endpoint!r} is not an http(s) URL")
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.requests = 0  # sent by this connection, for the results' figures
+        # The last request got an answer (whatever its status); False: it timed out or could not
+        # reach the BMC. A problem waited out says which (`BMCConnection.note_problem`).
+        self.answered = True
         # The credentials were accepted at least once here: a later 401/403 is about a resource.
         self.authenticated = False
 
@@ -93,6 +96,7 @@ class BMCWire:
             async with self._state.slots:
                 self.requests += 1
                 self._state.last_request = started = time.monotonic()
+                self.answered = False
                 try:
                     response = await self._http.send(request)
                 except httpx.TimeoutException:
@@ -108,6 +112,7 @@ class BMCWire:
                     raise BMCUnavailable(
                         f"BMC {self.bmc_id}: cannot reach {self.origin} ({type(err).__name__}: {err})"
                     ) from None
+            self.answered = True
             metrics.activity_bmc_request(self.bmc_id, response.status_code, time.monotonic() - started)
             if response.status_code not in _REDIRECTS:
                 return response

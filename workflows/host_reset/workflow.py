@@ -110,6 +110,7 @@ with workflow.unsafe.imports_passed_through():
         HostBusy,
         HostLeftOff,
         ResetTypeNotSupported,
+        activity_answer_details,
         first_application_error,
     )
     from contracts.models.bmc_lease import BMC_LEASE_GRANTED_SIGNAL, LeaseGrant
@@ -141,7 +142,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host_reset.power_on import HostPowerOn
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder, queued_words, withdrawn_words
-    from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
+    from workflows.parts.host_power import HOST_IS_OFF, PowerCustody, off_may_have_been_sent
     from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
     from workflows.parts.reboot_rounds import HearsItsReboot, RebootOutcome, RebootRounds, bmc_refusal
     from workflows.parts.site_check_said import SiteCheckSaid
@@ -342,10 +343,17 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
             if self.aborting:  # granted as the abort came: still nothing sent
                 raise self.aborted("stopped before the host was turned off: nothing was reset")
             try:
-                # Off from the moment ForceOff may have been sent: a stop powers it on again (On of
-                # a host that is On is skipped), inside this slot.
-                self._power.turned_off(f"ForceOff of {host} around the DPU resets")
-                await self._set_host_power("ForceOff")
+                # Off once ForceOff may have been sent (the activity says; `off_may_have_been_sent`):
+                # a stop powers it on again (On of a host that is On is skipped), inside this slot.
+                # One that failed before sending anything leaves the host untouched, and unclaimed.
+                off = f"ForceOff of {host} around the DPU resets"
+                try:
+                    await self._set_host_power("ForceOff")
+                except BaseException as err:
+                    if off_may_have_been_sent(activity_answer_details(err)):
+                        self._power.turned_off(f"{off}, which may have been sent before it failed")
+                    raise
+                self._power.turned_off(off)
                 self._off_taken = True
                 for dpu_id, bmc in dpus:
                     await self._reset_dpu(dpu_id, bmc, "PowerCycle", "")

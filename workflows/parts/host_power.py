@@ -36,11 +36,13 @@ rebuilds the same custody from the run's history.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final
 
 from pydantic import BaseModel
 
 from contracts.models.host import OperationPolicy
+from contracts.models.redfish import POWER_CYCLE_STEP, STEPS_HOST_MAY_BE_OFF
 
 POWER_ON_RETRY_DELAYS: Final = OperationPolicy().power_on_retry_seconds
 """The default seconds before the second and the third power-on attempt after the first is
@@ -50,6 +52,23 @@ long enough for a credential rotation the secrets store catches up with."""
 HOST_IS_OFF: Final = "is OFF"  # the words every status of a host left off carries
 HOST_IS_ON: Final = "the host is on"  # said only by a run that powered the host on or saw it On
 POWER_NOT_TOUCHED: Final = "host power not touched by this run"  # a run that never did either
+
+
+def off_may_have_been_sent(answer: Sequence[Any] | None) -> bool:
+    """Whether a failed ForceOff (`set_power_state`) may have reached the BMC, so the host may be
+    off by this run's hand (`PowerCustody.turned_off`), from the details of the error the activity
+    answered (`contracts.errors.activity_answer_details`). The activity says so in them: a
+    `POWER_CYCLE_STEP` detail once a reset was sent, by the last attempt or an earlier one (its
+    heartbeat). An error without it failed before anything was sent (a BMC never reached: the
+    host is not touched, and no words say this run turned it off: attack 41a MEDIUM-2). None, a
+    failure the activity did not answer (a timeout, a cancel, an abort or a cancel of the run
+    that cut it short), says nothing: it may have sent."""
+    if answer is None:
+        return True
+    return any(
+        isinstance(detail, dict) and detail.get(POWER_CYCLE_STEP) in STEPS_HOST_MAY_BE_OFF
+        for detail in answer
+    )
 
 
 def ended_off(what: str, off_words: str) -> str:
