@@ -228,11 +228,8 @@ async def test_abort_during_a_power_cycle_lets_it_finish_first(
         handle = await start(policy)
         await real_time_until(lambda: site.power[:1] == cycle[:1], "the host powered off")
         await execute_update(handle, ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
-        # The abort is taken: the cycle is asked to cancel at once. This site's cycle (held at Off)
-        # ends cancelled, as Temporal ends one between its attempts, its step unknown to the
-        # reboot: On is sent at once (`_stopped_between_attempts`; the real activity holds a cancel
-        # after its reset: tests/test_power_cycle_cancel.py); a ForceOff in flight is let finish,
-        # its wait then cut.
+        # The abort is taken: a PowerCycle is cut short once the BMC reads Off (the activity is
+        # cancelled and On sent at once); a ForceOff in flight is let finish, its wait then cut.
         assert site.power[:1] == cycle[:1]
         if cycle[0] == "Off":  # the PowerCycle is cut short without being let go: On comes first
             await real_time_until(lambda: site.power == cycle, "the host on again")

@@ -8,7 +8,6 @@ poll of a wait, and raises only the errors of `contracts.errors`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
@@ -93,31 +92,6 @@ def resumed_progress(details: Any) -> PowerCycleProgress | None:
     if not details:
         return None
     return PowerCycleProgress.model_validate(details[0])
-
-
-async def stopped_only_before_a_reset(cycle: PowerCycle) -> PowerCycleResult:
-    """The cycle, which a cancel (a reboot's abort or cancel) ends only while it has sent no reset
-    (`PowerCycle.sent_nothing`, e.g. riding out a BMC that does not answer): it then stops with
-    `stopped_before_any_reset`, the host's power untouched. Past that the cancel is held off and
-    the cycle carried to its end: never a ForceOff without its On, a reset in flight never taken
-    for none. The step is read in the same event-loop turn as the cycle is cut: nothing sent between.
-    """
-    run = asyncio.ensure_future(cycle.run())
-    while True:
-        try:
-            return await asyncio.shield(run)
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()  # held or taken here: later awaits are not cancelled again
-            if run.done() or not cycle.sent_nothing():
-                activity.logger.info("cancel held: the power cycle has sent a reset, it finishes first")
-                continue
-            run.cancel()
-            try:
-                return await run  # it ended anyway (a cancel it did not take): as it ended
-            except asyncio.CancelledError:
-                return cycle.stopped_result()
 
 
 class PowerActivities:
@@ -213,6 +187,6 @@ class PowerActivities:
             # beat one interval in, so the first step recorded goes out unthrottled: `heartbeating`).
             async with heartbeating(lambda: (cycle.progress,)):
                 try:
-                    return await stopped_only_before_a_reset(cycle)
+                    return await cycle.run()
                 except ApplicationError as err:
                     raise with_step(err, cycle.progress.step) from err

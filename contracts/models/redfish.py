@@ -151,9 +151,6 @@ class PowerCycleResult(_Frozen):
     finished_at: datetime
     attempts: int  # the activity attempt that finished the cycle
     requests: int = 0  # HTTP requests this attempt sent to the BMC
-    # Stopped (its activity cancelled: a reboot's abort or cancel) before any reset was sent
-    # (`PowerCycle.sent_nothing`): the host's power was not touched, the cycle did not happen.
-    stopped_before_any_reset: bool = False
     # > 0: not finished, handed back at Off (`PowerCycleInput.hand_back_wait_over_seconds`): the
     # host is Off, `progress` is at `off_reached` (durable: it is this result); wait this long,
     # then call again with `resume=progress` to send On.

@@ -192,18 +192,6 @@ class PowerCycle:
         self._mark_now: str | None = None
         connection.on_wait = lambda: self._persist(self.progress)
 
-    def sent_nothing(self) -> bool:
-        """Whether no reset can have reached the BMC: a first attempt resuming nothing whose every
-        step is `started` (each reset's step is recorded before the reset is sent, with no await
-        between, so a reset in flight never reads so; a later attempt may follow a ForceOff whose
-        step was never recorded). A stop may then end the cycle (`stopped_result`)."""
-        return self._fresh and all(step == "started" for step in self.progress.steps)
-
-    def stopped_result(self) -> PowerCycleResult:
-        """The result of a cycle stopped while it had sent nothing (`sent_nothing`)."""
-        self._say("stopped before any reset was sent", logging.INFO)
-        return self._result().model_copy(update={"stopped_before_any_reset": True})
-
     def _say(self, text: str, level: int = logging.DEBUG) -> None:
         # Each inner step at DEBUG: at INFO the worker log says one line per power cycle (the
         # activity's start; the reboot workflow's end); a busy BMC or a fallback is INFO.

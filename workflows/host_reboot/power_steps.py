@@ -39,7 +39,7 @@ import asyncio
 from datetime import datetime, timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api
@@ -65,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
         power_down_words,
         seen_on_words,
     )
-    from workflows.parts.host_power import POWER_NOT_TOUCHED, PowerCustody
+    from workflows.parts.host_power import PowerCustody
     from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
 
 Power = tuple[str, tuple[str, ...]]  # how the host was cycled, and the resets sent
@@ -79,6 +79,7 @@ class PowerSteps(kernel.Abortable):
     _stopping: bool
     _cycle_activity: asyncio.Future[PowerCycleResult] | None
     _already_done: bool
+    _stop_sent_on: bool
     _cancelled: bool  # the stop is its cancel's (`cut_short_words`)
     _handed_back: bool
     _unplanned: str
@@ -123,23 +124,15 @@ class PowerSteps(kernel.Abortable):
         summary = f"power cycle {request.host_id} to generation {request.boot_generation}"
         cut = ""  # what the result's method says of a wait a stop cut short
         while True:
-            # Its own handle, not `self.call`: a stop asks it to cancel (`_stop_cycle`), and the
-            # activity decides: it stops only while it has sent no reset, else it finishes.
+            # Its own handle, not `self.call`: a stop cancels it only once the host is Off
+            # (`_stop_cycle`), and must know it stopped before On.
             self._cycle_activity = kernel.start_cancellable(
                 activity_api.power_cycle_host,
                 cycle_input,
                 kernel.options(power_cycle_options(wait), summary),
             )
-            try:
-                cycle: PowerCycleResult = await self._cycle_activity
-            except ActivityError as err:
-                if not (self._stopping and isinstance(err.cause, CancelledError)):
-                    raise
-                return await self._stopped_between_attempts(inventory)
-            finally:
-                self._cycle_activity = None
-            if cycle.stopped_before_any_reset:
-                raise self._stopped(f"its power cycle stopped before sending any reset ({POWER_NOT_TOUCHED})")
+            cycle: PowerCycleResult = await self._cycle_activity
+            self._cycle_activity = None
             self._last_reset = cycle.last_reset_time
             self._found_before(cycle.first_power_state)  # the first activity's first read only
             if cycle.wait_left_seconds <= 0 or cycle.progress is None:
@@ -148,6 +141,8 @@ class PowerSteps(kernel.Abortable):
                     seen = "On before our On, during the power-down wait"
                     return self._taken_over(seen, cycle.method, cycle.reset_types)
                 return f"{cycle.method}{cut}", cycle.reset_types
+            if self._stop_sent_on:  # a stop saw the host Off and sent On itself
+                raise asyncio.CancelledError
             self._handed_back = True
             off_since = cycle.off_reached_at or workflow.now()  # the activity's read of Off
             seen_on = await self._power_down_wait(inventory, cycle.wait_left_seconds, off_since)
@@ -161,39 +156,6 @@ class PowerSteps(kernel.Abortable):
                         "hand_back_wait_over_seconds": None}
             )  # fmt: skip
             summary = f"power {request.host_id} back on (generation {request.boot_generation})"
-
-    async def _powered_on_after(self, err: ActivityError | None) -> bool:
-        """On for a host off by this run's hand, with the custody's backoff (`workflow.py`)."""
-        raise NotImplementedError
-
-    def _stopped(self, why: str) -> BaseException:
-        """How a stop that ended the cycle before it cycled the host ends the run: aborted with
-        `why` (the host was not rebooted), or cancelled (the generation not reached)."""
-        if self.aborting:
-            return self.aborted(f"the host was not rebooted by metalflow: {why}")
-        return asyncio.CancelledError()
-
-    async def _stopped_between_attempts(self, inventory: HostInventory) -> Power:
-        """A stop's cancel found the cycle between its attempts (Temporal ends it at once, its
-        step unknown here): an earlier attempt may have sent ForceOff, so On is sent (skipped
-        when the host holds On). An On sent found it Off: our Off, then this On, is the cycle.
-        Held On: not rebooted by us, as far as anyone can tell; an On refused: the custody's
-        backoff, then the run ends saying the host is OFF."""
-        generation = self._request.boot_generation
-        self._power.turned_off(f"a power cycle to generation {generation} stopped between its attempts")
-        try:
-            on = await self._set_power(inventory, "On")
-        except ActivityError:
-            if not await self._powered_on_after(None):
-                raise self._stopped("its power cycle stopped between its attempts") from None
-            on = None
-        self._power.seen_on()
-        if on is not None and on.sent is None:
-            raise self._stopped(
-                "its power cycle stopped between its attempts; the host reads On (whether an earlier "
-                "attempt's reset reached it is not known)"
-            )
-        return f"ForceOff+On{cut_short_words(self._cancelled)}", ("On",)
 
     async def _power_down_wait(
         self, inventory: HostInventory, seconds: float, off_since: datetime

@@ -27,16 +27,15 @@ twice for one generation reboots once.
 
 Stopping (a cancel, e.g. the operation's abort or its parent closing; or this workflow's own
 update `abort`): never leaves the host off, never waits out `power_down_wait_seconds` either.
-The power-down wait is cut and On sent at once; `power_cycle_host` is asked to cancel and decides,
-knowing its step: one that has sent no reset stops (e.g. riding out a BMC that does not answer;
-the run ends saying the host's power was not touched), one that has finishes first (`_stop_cycle`);
-one that Temporal ended between its attempts has On sent after it (`_stopped_between_attempts`).
-A manual wait just ends. Queued for the BMC's lease, the place is given back and nothing is sent.
-Cancelled, it completes with its result when the host was cycled (the canceller must know; a
-cancel's On after our ForceOff the BMC took is that cycle's On: `_cycled_by_cancel`), else ends
-cancelled (failed `HostLeftOff`, saying so, when the host is still OFF by its hand: a cancel
-carries no words). Aborted, it completes (Phase `aborted`: asked for, no Failed run), its
-result's `aborted` saying who, why and whether the host was cycled, `boot_generation` the generation reached.
+The power-down wait is cut and On sent at once; during `power_cycle_host` the BMC is read (every
+`STOP_POLL_SECONDS`) until the host is seen Off, then the activity is cancelled (and awaited) and
+On sent; a cycle that ends first simply ends. A manual wait just ends. Queued for the BMC's
+lease, the place is given back and nothing is sent. Cancelled, it completes with its result when
+the host was cycled (the canceller must know; a cancel's On after our ForceOff the BMC took is that
+cycle's On: `_cycled_by_cancel`), else ends cancelled (failed `HostLeftOff`, saying
+so, when the host is still OFF by its hand: a cancel carries no words). Aborted, it completes (Phase
+`aborted`: asked for, no Failed run), its result's `aborted` saying who, why and whether the
+host was cycled, `boot_generation` the generation reached.
 
 The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease/workflow.py`) around
 the cycle. One activity, `lease_host_bmc` (`BMCLeaseHolder.ask_for_host`, as a reset), reads the
@@ -51,8 +50,8 @@ is small and bounded: the step, the cycle (one activity; a power-down wait past
 `POWER_DOWN_HAND_BACK_SECONDS` adds its durable timer and a second `power_cycle_host`, and a
 timer and a `read_power_state` per `power_down_read_seconds` of it, as does the `force_off`
 path's wait: `power_steps.py`), the
-lease's release on a shared BMC; a stop adds the activity's cancel request (and an On only when
-Temporal ended it between attempts). Measured: bench/README.md, "workflows/host_reboot/workflow.py".
+lease's release on a shared BMC; a stop adds at most `STOP_POLLS` x (one power read + one timer),
+then a cancellation and an On. Measured: bench/README.md, "workflows/host_reboot/workflow.py".
 """
 
 from __future__ import annotations
@@ -85,7 +84,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.inventory import HostInventory
     from contracts.models.redfish import PowerCycleResult, ReadPowerStateInput, SystemPower
     from contracts.operator_answers import Answered, second_answer_refusal
-    from contracts.wording import BY_ITS_CANCEL, reboot_cancel_words
+    from contracts.wording import BY_ITS_CANCEL, cut_short_words, reboot_cancel_words
     from workflows import kernel
     from workflows.host_reboot.dpf_told import TellsDPF
     from workflows.host_reboot.failure import bmc_failure_reason, off_step
@@ -99,6 +98,8 @@ POWERING = "powering"
 POWER_CYCLED = "power-cycled"  # reported (no phase) once the BMC took the cycle, never before
 WAITING_FOR_MANUAL_REBOOT = "waiting-for-manual-reboot"
 REBOOTED = "rebooted"
+STOP_POLL_SECONDS = 2.0  # how often a stop reads the BMC while power_cycle_host has not turned it off
+STOP_POLLS = 20  # then the cycle is simply awaited (it is past its Off-to-On wait by then)
 
 Cycle = asyncio.Future[tuple[str, tuple[str, ...]]]  # the cycle under the lease: its method and resets
 
@@ -120,6 +121,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         self._stopping = False  # cut the power-down wait, stop the cycle activity once Off
         self._cycle_activity: asyncio.Future[PowerCycleResult] | None = None
         self._already_done = False  # the BMC showed a reset since the reboot became owed
+        self._stop_sent_on = False  # `_stop_cycle` took over: the cycle must not send On too
         self._cancelled = False  # cancelled in Temporal during its cycle: its record says so
         self._handed_back = False  # the cycle's activity returned at Off: the cycle sends On itself
         self._cycled: HostRebootResult | None = None  # the host was power-cycled for this generation
@@ -341,10 +343,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         elif self._waiting_for_person:
             what = "the manual reboot wait ends; nothing was rebooted by metalflow"
         else:
-            what = (
-                "a power cycle that has sent no reset yet stops (the host's power untouched); "
-                "one that has finishes first, the host powered back on"
-            )
+            what = "a power cycle in flight is cut short and the host powered back on if we turned it off"
         return f"aborting ({self.phase}: {self.details}): {what}"
 
     def ending_error(self, err: BaseException) -> BaseException | None:
@@ -409,15 +408,38 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         return await cycle
 
     async def _stop_cycle(self, inventory: HostInventory, cycle: Cycle) -> tuple[str, tuple[str, ...]]:
-        """Bring a cycle in flight to its end now; the activity decides, knowing its step without
-        a race (`stopped_only_before_a_reset`): its cancel stops it only while it has sent no reset
-        (the run then ends saying the host's power was not touched: `_cycle_once`); past that it
-        finishes the cycle, the host On, cycled once. A cycle handed back at Off cuts its timer
-        and sends On itself at once; the ForceOff path sends On on its own."""
-        self._stopping = True
-        activity = self._cycle_activity
-        if activity is not None and not activity.done() and not self._handed_back:
-            activity.cancel()  # a request: the activity may hold it off and finish
+        """Bring a cycle in flight to its end now: the host ends On, having been cycled once."""
+        self._stopping = True  # the ForceOff path and a handed-back wait send On on their own
+        if self._cycle_activity is None:
+            return await cycle
+        for _ in range(STOP_POLLS):
+            if cycle.done():
+                return await cycle
+            activity = self._cycle_activity
+            if activity is None or activity.done() or self._handed_back:
+                # The cycle handed its power-down wait back (Off, durable): it cuts its timer
+                # and sends On itself at once; nothing to stop here.
+                await self.wait(cycle.done, timeout=STOP_POLL_SECONDS, abortable=False)
+                continue
+            power: SystemPower = await self.call(
+                activity_api.read_power_state,
+                ReadPowerStateInput(bmc=inventory.bmc),
+                kernel.options(kernel.BMC_READ, f"read the power of {self._request.host_id} to stop"),
+                abortable=False,  # this is the stop
+            )
+            if self._handed_back or cycle.done():
+                continue  # it moved on meanwhile: as above
+            activity = self._cycle_activity or activity
+            if power.power_state == "Off":
+                # Off: the cycle is in its Off-to-On wait (or between its steps); the activity may
+                # only send On from here, so stopping it and sending On ourselves is one cycle.
+                self._stop_sent_on = True
+                await kernel.cancel_and_wait(activity)
+                cycle.add_done_callback(_retrieve)  # it ends with the cancellation, taken here
+                on = await self._set_power(inventory, "On")
+                sent = () if on.sent is None else (on.sent,)
+                return f"{power.power_cycle_method}{cut_short_words(self._cancelled)}", sent
+            await self.wait(cycle.done, timeout=STOP_POLL_SECONDS, abortable=False)
         return await cycle
 
     async def _power_under_lease(
@@ -520,3 +542,9 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
             self._why = bmc_failure_reason(self._request.host_id, err)
             return None
         return await self._rebooted(method, resets)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    # The cycle task of a stopped activity ends with its cancellation: take it, so it is not logged.
+    if not task.cancelled():
+        task.exception()
