@@ -47,7 +47,7 @@ from contracts.models.host import (
 from contracts.models.inventory import VERSIONS_READ_SIGNAL, VersionsRead
 from contracts.with_start import NotAccepted
 from contracts.wording import plural
-from metalflow.cancelled import cancelled_words, final_details
+from metalflow.cancelled import CANCELLED_WORDS, cancelled_words, final_details
 from metalflow.client import no_worker_polls
 from metalflow.operation_progress import QUERY_TIMEOUT as QUERY_TIMEOUT
 from metalflow.operation_progress import operation_progress, operation_status
@@ -355,6 +355,9 @@ async def follow_operation(
     if isinstance(outcome, dict) and outcome.get("aborted"):  # an abort completes the run
         return ABORTED, abort_words(str(outcome["aborted"]))
     summary = _summary(outcome)
+    if isinstance(outcome, dict) and outcome.get("cancelled"):  # a reboot cancelled past its ForceOff:
+        # it completes (its cancel sent On), and stays a cancel (before: `completed`, exit 0)
+        return CANCELLED, f"{CANCELLED_WORDS}: {outcome['cancelled']}; {summary}"
     # A DPU's Error the operation cured by reprovisioning it passes between two polls: the
     # ended run's status still counts it, so the summary says it.
     try:

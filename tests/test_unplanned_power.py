@@ -66,7 +66,9 @@ from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
 from contracts.workflow_api import HostWorkflow
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
+from metalflow.hosts import CANCELLED, follow_operation
 from metalflow.operation_progress import operation_progress
+from metalflow.progress import Progress
 
 # Host ids of this module's own (the session's server is shared: entities, generations, leases).
 HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
@@ -411,6 +413,11 @@ async def test_a_watched_power_down_wait_says_when_it_read_off_and_a_stop_still_
     assert result.method == "bmc:ForceOff+On (On sent by its cancel)" and result.unplanned_power == "", result
     assert result.cancelled == "cancelled in Temporal after its ForceOff; its cancel sent On", result
     assert [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off"), ("Off", "On")]
+    # Attack 41b: `host reboot --wait` said `completed`, exit 0, for this cancel: it stays a cancel.
+    ending, words = await follow_operation(client, reboot.id, Progress(write=lambda _: None), HOST, HOST)
+    assert ending == CANCELLED, (ending, words)
+    assert words.startswith("cancelled in Temporal") and "its cancel sent On" in words, words
+    assert "boot_generation 4" in words, words
 
 
 async def power_on_by_hand(sim: RunningSim, host_id: str) -> None:
