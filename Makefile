@@ -69,30 +69,28 @@ install: $(STAMP)
 # Prometheus the OS packages: Debian/Ubuntu's `prometheus` package (apt-get, as root or through
 # sudo). Elsewhere install Prometheus 2.x yourself so both are on PATH (README, Observability).
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-prometheus-tools:
-	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then exit 0; fi; \
+# $(call os_tool,COMMANDS,PACKAGE,WHAT,ELSE): nothing when every command is on PATH; else the OS
+# package PACKAGE where apt knows it; else a clear error naming WHAT and where README says more.
+define os_tool
+	@if $(foreach c,$(1),command -v $(c) >/dev/null &&) true; then exit 0; fi; \
 	if command -v apt-get >/dev/null; then \
-		echo "installing Prometheus (promtool, prometheus) from the OS packages"; \
+		echo "installing $(3) from the OS packages"; \
 		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $(2) >/dev/null; \
 	else \
-		echo "promtool and prometheus are needed by the tests: install Prometheus 2.x (README, Observability)" >&2; \
+		echo "$(3) is needed by the tests: $(4)" >&2; \
 		exit 1; \
 	fi
+endef
+
+prometheus-tools:
+	$(call os_tool,promtool prometheus,prometheus,Prometheus (promtool and prometheus),install Prometheus 2.x so both are on PATH (README: Observability))
 
 # kubectl (the fidelity tests run the real client against the simulated API; the deploy tests render
 # with `kubectl kustomize`), from the OS package `kubectl` where apt knows it; elsewhere install it
 # yourself so it is on PATH (README, Two commands).
 kubectl-tool:
-	@if command -v kubectl >/dev/null; then exit 0; fi; \
-	if command -v apt-get >/dev/null; then \
-		echo "installing kubectl from the OS packages"; \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends kubectl >/dev/null; \
-	else \
-		echo "kubectl is needed by the tests: install it so it is on PATH (README, Two commands)" >&2; \
-		exit 1; \
-	fi
+	$(call os_tool,kubectl,kubectl,kubectl,install it so it is on PATH (README: Two commands))
 
 # Figures, printed as JSON and written to .metalflow/bench.json (bench/README.md): the fleet's
 # reprovision against the raw engine, reaction times, requests per DPU and per power cycle, the

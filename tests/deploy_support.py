@@ -24,7 +24,11 @@ WORKER_SA = ("metalflow", "metalflow-worker")
 def kubectl() -> str:
     found = shutil.which("kubectl")
     if found is None:
-        pytest.skip("kubectl is not installed (the deploy tests render with `kubectl kustomize`)")
+        # `make test` installs it (`make kubectl-tool`): a missing one is a broken set-up, not a skip.
+        pytest.fail(
+            "kubectl is not installed: `make kubectl-tool` installs it "
+            "(the deploy tests render with `kubectl kustomize`)"
+        )
     return found
 
 

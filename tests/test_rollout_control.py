@@ -60,6 +60,15 @@ async def answer(handle: WorkflowHandle[Any, Any], update: str) -> OperatorAnswe
     return result
 
 
+def kubectl_patch(sim: RunningSim, kind: str, name: str, patch_type: str, patch: str) -> None:
+    """Someone else's write, by the real client: `kubectl patch` in namespace default."""
+    subprocess.run(
+        [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", kind, name,
+         f"--type={patch_type}", "-p", patch],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+
+
 def gang_of(sim: RunningSim, replica: int, role: str) -> str:
     return next(
         n
@@ -204,11 +213,7 @@ async def test_a_foreign_template_edit_pauses_naming_the_field_and_who_and_rollb
             handle = await start_rollout(client, task_queue, "inference", NEW)
             await hold_a_tail_in_flight(sim, handle, original)
             patch = '[{"op":"add","path":"/spec/template/cliques/1/labels","value":{"team":"kv"}}]'
-            subprocess.run(
-                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
-                 "--type=json", "-p", patch],
-                check=True, capture_output=True, timeout=30,
-            )  # fmt: skip
+            kubectl_patch(sim, "pcs", "inference", "json", patch)
             paused = await wait_for(handle, lambda s: s.phase == "paused", "paused by the edit")
             assert paused.paused_reason is not None
             assert "spec.template.cliques[prefill].labels" in paused.paused_reason
@@ -251,11 +256,7 @@ async def test_rollback_interrupts_a_stuck_step_at_once(
 
 def set_strategy(sim: RunningSim, strategy: str) -> None:
     patch = '{"spec":{"updateStrategy":{"type":"' + strategy + '"}}}'
-    subprocess.run(
-        [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
-         "--type=merge", "-p", patch],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
+    kubectl_patch(sim, "pcs", "inference", "merge", patch)
 
 
 async def test_a_switch_off_on_delete_pauses_saying_two_versions_who_and_what_to_do(
@@ -341,11 +342,7 @@ async def test_rollout_status_reports_the_pods_a_gated_scale_out_holds(
             handle = await start_rollout(client, task_queue, "inference", NEW)
             await answer(handle, PAUSE_UPDATE)  # paused once the template is written
             await wait_for(handle, lambda s: s.phase == "paused", "paused")
-            subprocess.run(
-                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcsg",
-                 "inference-0-workers", "--type=merge", "-p", '{"spec":{"replicas":4}}'],
-                check=True, capture_output=True, timeout=30,
-            )  # fmt: skip
+            kubectl_patch(sim, "pcsg", "inference-0-workers", "merge", '{"spec":{"replicas":4}}')
             status = await wait_for(
                 handle, lambda s: any("gated by it now" in w for w in s.warnings), "the gated pods counted"
             )
@@ -382,11 +379,7 @@ async def test_a_rollback_after_a_foreign_edit_puts_every_pod_back_and_leaves_th
                 '{"op":"replace","path":"/spec/template/cliques/2/spec/podSpec/containers/0/image",'
                 '"value":"registry.local/worker:3.0"}]'
             )
-            subprocess.run(
-                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
-                 "--type=json", "-p", edit],
-                check=True, capture_output=True, timeout=30,
-            )  # fmt: skip
+            kubectl_patch(sim, "pcs", "inference", "json", edit)
             paused = await wait_for(handle, lambda s: s.phase == "paused", "paused by the edit")
             previous = paused.previous_hash
             release(sim, held)
@@ -420,11 +413,7 @@ async def test_a_step_planned_before_a_template_edit_deletes_nothing(tmp_path: P
             pcs=ref, podgang=tail, targets={"prefill": "next", "decode": "next"}, generation=planned
         )
         label = '[{"op":"add","path":"/spec/template/cliques/1/labels","value":{"team":"kv"}}]'
-        subprocess.run(
-            [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
-             "--type=json", "-p", label],
-            check=True, capture_output=True, timeout=30,
-        )  # fmt: skip
+        kubectl_patch(sim, "pcs", "inference", "json", label)
         stale = await ActivityEnvironment().run(grove.roll_podgang, step)
         assert stale.deleted == () and stale.blocked_by == ("default/inference (generation changed)",), stale
         assert set(pods(sim, "inference", f"grove.io/podgang={tail}")) == before

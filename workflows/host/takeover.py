@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 from types import TracebackType
+from typing import Protocol
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -91,12 +92,23 @@ class Gate:
         self.lock.release()
 
 
+class RecordsEnd(Protocol):
+    """How the workflow records an operation's end (`HostWorkflow.ended`), which a takeover calls
+    for a run its predecessor left."""
+
+    async def __call__(
+        self, current: PendingOperation, outcome: str, unplanned: str, *, deletes_sent: bool = False,
+        last_reset: datetime | None = None,
+    ) -> None: ...  # fmt: skip
+
+
 class TakeOver(kernel.Runbook):
     """`_take_over` at the start of a run, `_carry` whenever the entity shows itself. The workflow
     sets `state` and `_lock` (a `Gate`) in its `__init__`."""
 
     state: HostEntityState
     _lock: Gate
+    ended: RecordsEnd  # HostWorkflow.ended: an operation's end recorded, shown, its campaign told
 
     async def _take_over(self, new: bool) -> None:
         """A new entity (`new`): read the predecessor once and take over its record; then open."""
@@ -169,13 +181,6 @@ class TakeOver(kernel.Runbook):
         host = self.state.host_id
         seen = None if words is None else await cut_run(host, record.workflow_id, words=words)
         return said_when_cut(outcome, record.operation, seen, host, reboot)
-
-    async def ended(
-        self, current: PendingOperation, outcome: str, unplanned: str, *, deletes_sent: bool = False,
-        last_reset: datetime | None = None,
-    ) -> None:  # fmt: skip
-        """The workflow's: an operation's end recorded, shown, its campaign told."""
-        raise NotImplementedError
 
     def _carry(self) -> None:
         """The memo's carried entry, written when it changed (a terminate leaves the last one)."""
